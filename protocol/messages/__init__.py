@@ -1,0 +1,1 @@
+"""Generated Kafka message codecs (``python -m protocol.codegen``). Do not edit."""
