@@ -24,6 +24,13 @@ ZERO_UUID = UUID(int=0)
 
 def read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
     """Unsigned varint, at most 5 bytes (Kafka's ByteUtils.readUnsignedVarint)."""
+    b = buf[pos]  # IndexError past the end: decode_guarded reports it
+    if b < 0x80:
+        return b, pos + 1
+    return _read_uvarint_long(buf, pos)
+
+
+def _read_uvarint_long(buf: memoryview, pos: int) -> tuple[int, int]:
     value = 0
     shift = 0
     for _ in range(5):
@@ -58,7 +65,7 @@ def _take(buf: memoryview, pos: int, n: int) -> int:
 
 def _utf8(buf: memoryview, pos: int, end: int) -> str:
     try:
-        return str(buf[pos:end], "utf-8")
+        return buf[pos:end].tobytes().decode()
     except UnicodeDecodeError as e:
         raise ProtocolError(f"invalid UTF-8 in string: {e.reason}") from None
 
@@ -86,18 +93,30 @@ def read_nullable_string(buf: memoryview, pos: int) -> tuple[str | None, int]:
 
 
 def read_compact_string(buf: memoryview, pos: int) -> tuple[str, int]:
-    n, pos = read_uvarint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _read_uvarint_long(buf, pos)
     if n == 0:
         raise ProtocolError("null in a non-nullable compact string")
-    end = _take(buf, pos, n - 1)
+    end = pos + n - 1
+    if end > len(buf):
+        raise ProtocolError(f"length {n - 1} exceeds the {len(buf) - pos} remaining bytes")
     return _utf8(buf, pos, end), end
 
 
 def read_compact_nullable_string(buf: memoryview, pos: int) -> tuple[str | None, int]:
-    n, pos = read_uvarint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _read_uvarint_long(buf, pos)
     if n == 0:
         return None, pos
-    end = _take(buf, pos, n - 1)
+    end = pos + n - 1
+    if end > len(buf):
+        raise ProtocolError(f"length {n - 1} exceeds the {len(buf) - pos} remaining bytes")
     return _utf8(buf, pos, end), end
 
 
@@ -238,7 +257,11 @@ def read_array_len(buf: memoryview, pos: int, nullable: bool) -> tuple[int, int]
 
 
 def read_compact_array_len(buf: memoryview, pos: int, nullable: bool) -> tuple[int, int]:
-    n, pos = read_uvarint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _read_uvarint_long(buf, pos)
     if n == 0:
         if not nullable:
             raise ProtocolError("null in a non-nullable array")
@@ -257,6 +280,8 @@ def read_tagged_header(buf: memoryview, pos: int) -> tuple[int, int, int]:
 
 
 def skip_tagged_fields(buf: memoryview, pos: int) -> int:
+    if buf[pos] == 0:  # almost always: no tagged fields
+        return pos + 1
     n, pos = read_uvarint(buf, pos)
     for _ in range(n):
         _tag, end, pos = read_tagged_header(buf, pos)
