@@ -46,8 +46,8 @@ __all__ = [
 ]
 
 ENV_PREFIX = "SEMEL_"
-# SEMEL_ variables that belong to tooling (the test harness), not to the broker.
-RESERVED_ENV = frozenset({"SEMEL_REQUIRE_JAVA"})
+# SEMEL_ variables that are not properties: the CLI's log level and the test harness's switch.
+RESERVED_ENV = frozenset({"SEMEL_LOG_LEVEL", "SEMEL_REQUIRE_JAVA"})
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

@@ -266,6 +266,7 @@ def test_environment_names() -> None:
         "SEMEL_LOG_FLUSH_MODE": "none",
         "SEMEL_AUTO_CREATE_TOPICS_ENABLE": "FALSE",
         "SEMEL_REQUIRE_JAVA": "1",  # tooling, not a property
+        "SEMEL_LOG_LEVEL": "DEBUG",  # the CLI's, not a property
         "LOG_DIRS": "/ignored",  # no prefix
         "PATH": "/usr/bin",
     }

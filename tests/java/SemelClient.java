@@ -1,0 +1,811 @@
+/*
+ * SemelClient: the real Java Kafka client (kafka-clients 3.9.1) driven from the test suite.
+ *
+ * Usage: java SemelClient <command> [options]; `--help` lists the commands.
+ * Output: one JSON object per line on stdout, each with a "type" field. On failure the last
+ * line on stderr is `SEMEL_CLIENT_ERROR {"class": ..., "message": ...}` (the exception that
+ * ended the run, unwrapped from ExecutionException) and the exit status is 1; a usage error
+ * exits with 2. tests/javaclient.py compiles and runs this file.
+ *
+ * Deterministic data: record i (counting from --start) has value "<value-prefix>-<i>" padded
+ * with '.' to --value-size bytes, and key "<key-prefix>-<i>" (no key without --key-prefix).
+ * checksum = sum over records of CRC32(key bytes, 0x00, value bytes): order-independent, so a
+ * produce summary (over acknowledged records) and a consume summary of the same records agree.
+ *
+ * Adding a command: write `static void name(Args a) throws Exception`, register it in
+ * COMMANDS (or ADMIN_COMMANDS for `admin <sub>`) with its usage and options. Planned:
+ * txn-produce, copier (consume-transform-produce with sendOffsetsToTransaction),
+ * admin list-transactions, describe-transactions, describe-producers, abort-transaction.
+ */
+
+import java.io.BufferedOutputStream;
+import java.io.FileDescriptor;
+import java.io.FileOutputStream;
+import java.io.OutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.zip.CRC32;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.CreateTopicsResult;
+import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.ListOffsetsOptions;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.ListTopicsOptions;
+import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.IsolationLevel;
+import org.apache.kafka.common.KafkaFuture;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.TimeoutException;
+import org.apache.kafka.common.errors.UnsupportedVersionException;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public final class SemelClient {
+
+    // ------------------------------------------------------------------ command tables
+
+    @FunctionalInterface
+    interface Command {
+        void run(Args args) throws Exception;
+    }
+
+    record Spec(String name, String usage, Set<String> options, Command command) {}
+
+    static final Set<String> COMMON = Set.of("bootstrap", "timeout-ms", "prop", "client-id", "help");
+    /** Options that take no value (`--name=false` turns one off). */
+    static final Set<String> FLAGS = Set.of("help", "dump", "dump-acks", "from-beginning", "until-end",
+        "allow-fewer", "summary-only", "no-commit", "internal");
+    static final Map<String, Spec> COMMANDS = new LinkedHashMap<>();
+    static final Map<String, Spec> ADMIN_COMMANDS = new LinkedHashMap<>();
+
+    static void register(Map<String, Spec> table, String name, String usage, String options, Command c) {
+        Set<String> allowed = new HashSet<>(COMMON);
+        if (!options.isEmpty()) allowed.addAll(Arrays.asList(options.split(" ")));
+        table.put(name, new Spec(name, usage, allowed, c));
+    }
+
+    static {
+        register(COMMANDS, "produce",
+            "produce --bootstrap B --topic T --count N [--compression none|gzip|snappy|lz4|zstd]"
+                + " [--acks 0|1|all] [--idempotent true|false] [--key-prefix K] [--value-prefix V]"
+                + " [--value-size N] [--start I] [--partition P] [--linger-ms MS] [--dump-acks]",
+            "topic count compression acks idempotent key-prefix value-prefix value-size start"
+                + " partition linger-ms dump-acks",
+            SemelClient::produce);
+        register(COMMANDS, "consume",
+            "consume --bootstrap B --topic T [--count N | --until-end] [--group G] [--from-beginning]"
+                + " [--isolation read_committed|read_uncommitted] [--partition P] [--offset O]"
+                + " [--allow-fewer] [--summary-only] [--no-commit]",
+            "topic count until-end group from-beginning isolation partition offset allow-fewer"
+                + " summary-only no-commit",
+            SemelClient::consume);
+        register(COMMANDS, "records",
+            "records --count N [--start I] [--key-prefix K] [--value-prefix V] [--value-size N] [--dump]"
+                + "  (offline: the records produce would send, and their checksum)",
+            "count start key-prefix value-prefix value-size dump", SemelClient::records);
+        register(COMMANDS, "admin", "admin --bootstrap B <subcommand> ... (see below)",
+            "partitions rf config delete broker internal isolation", SemelClient::admin);
+
+        register(ADMIN_COMMANDS, "create-topic",
+            "create-topic T [--partitions P] [--rf R] [--config k=v]...", "", SemelClient::createTopic);
+        register(ADMIN_COMMANDS, "delete-topic", "delete-topic T", "", SemelClient::deleteTopic);
+        register(ADMIN_COMMANDS, "list-topics", "list-topics [--internal]", "", SemelClient::listTopics);
+        register(ADMIN_COMMANDS, "describe-topic", "describe-topic T", "", SemelClient::describeTopic);
+        register(ADMIN_COMMANDS, "describe-configs", "describe-configs T | describe-configs --broker ID",
+            "", SemelClient::describeConfigs);
+        register(ADMIN_COMMANDS, "alter-config",
+            "alter-config T k=v... [--delete k]... (or --broker ID instead of T)", "",
+            SemelClient::alterConfig);
+        register(ADMIN_COMMANDS, "describe-cluster", "describe-cluster", "", SemelClient::describeCluster);
+        register(ADMIN_COMMANDS, "create-partitions", "create-partitions T TOTAL", "",
+            SemelClient::createPartitions);
+        register(ADMIN_COMMANDS, "delete-records", "delete-records T PARTITION BEFORE_OFFSET", "",
+            SemelClient::deleteRecords);
+        register(ADMIN_COMMANDS, "list-offsets",
+            "list-offsets T PARTITION earliest|latest|max-timestamp|<timestamp-ms>"
+                + " [--isolation read_committed|read_uncommitted]", "", SemelClient::listOffsets);
+    }
+
+    // ------------------------------------------------------------------ main
+
+    static final PrintStream OUT = new PrintStream(
+        new BufferedOutputStream(new FileOutputStream(FileDescriptor.out), 1 << 16), false,
+        StandardCharsets.UTF_8);
+
+    static final class UsageError extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        UsageError(String message) { super(message); }
+    }
+
+    public static void main(String[] argv) {
+        silenceSlf4jWarning();
+        int status;
+        try {
+            status = dispatch(argv);
+        } catch (UsageError e) {
+            System.err.println("usage error: " + e.getMessage());
+            System.err.println("run with --help for usage");
+            status = 2;
+        } catch (Throwable t) {
+            Throwable cause = unwrap(t);
+            cause.printStackTrace();
+            System.err.println("SEMEL_CLIENT_ERROR " + new Json()
+                .put("class", cause.getClass().getName()).put("message", cause.getMessage()));
+            status = 1;
+        }
+        OUT.flush();
+        System.err.flush();
+        // the clients' non-daemon threads are closed, but exit explicitly all the same
+        System.exit(status);
+    }
+
+    static int dispatch(String[] argv) throws Exception {
+        if (argv.length == 0 || argv[0].equals("--help") || argv[0].equals("help")) {
+            printHelp();
+            return argv.length == 0 ? 2 : 0;
+        }
+        Spec spec = COMMANDS.get(argv[0]);
+        if (spec == null) throw new UsageError("unknown command '" + argv[0] + "'");
+        Args args = Args.parse(Arrays.copyOfRange(argv, 1, argv.length), spec.options());
+        if (args.flag("help")) {
+            OUT.println("usage: " + spec.usage());
+            return 0;
+        }
+        spec.command().run(args);
+        return 0;
+    }
+
+    static void printHelp() {
+        OUT.println("usage: SemelClient <command> [options]; output is JSON lines on stdout");
+        OUT.println("common options: --bootstrap HOST:PORT, --timeout-ms MS (default 30000),"
+            + " --prop key=value (any client property, repeatable), --client-id ID");
+        OUT.println("commands:");
+        for (Spec s : COMMANDS.values()) OUT.println("  " + s.usage());
+        OUT.println("admin subcommands:");
+        for (Spec s : ADMIN_COMMANDS.values()) OUT.println("  admin " + s.usage());
+    }
+
+    static Throwable unwrap(Throwable t) {
+        while ((t instanceof ExecutionException || t instanceof CompletionException) && t.getCause() != null) {
+            t = t.getCause();
+        }
+        return t;
+    }
+
+    /** slf4j-api 1.7 without a binding warns on stderr once; nothing of ours logs through it. */
+    static void silenceSlf4jWarning() {
+        PrintStream err = System.err;
+        try {
+            System.setErr(new PrintStream(OutputStream.nullOutputStream()));
+            org.slf4j.LoggerFactory.getILoggerFactory();
+        } finally {
+            System.setErr(err);
+        }
+    }
+
+    static void emit(Json json) {
+        OUT.println(json);
+        OUT.flush();
+    }
+
+    // ------------------------------------------------------------------ common client settings
+
+    static Properties clientProps(Args a, String defaultClientId) throws UsageError {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", a.required("bootstrap"));
+        p.put("client.id", a.get("client-id", defaultClientId));
+        return p;
+    }
+
+    /** --prop k=v pairs, applied last so a test can override anything set here. */
+    static void applyProps(Properties p, Args a) throws UsageError {
+        for (String kv : a.all("prop")) {
+            int eq = kv.indexOf('=');
+            if (eq <= 0) throw new UsageError("--prop expects key=value, got '" + kv + "'");
+            p.put(kv.substring(0, eq), kv.substring(eq + 1));
+        }
+    }
+
+    static byte[] keyBytes(String prefix, long i) {
+        return prefix == null ? null : (prefix + "-" + i).getBytes(StandardCharsets.UTF_8);
+    }
+
+    static byte[] valueBytes(String prefix, long i, int size) {
+        StringBuilder sb = new StringBuilder(prefix).append('-').append(i);
+        while (sb.length() < size) sb.append('.');
+        return sb.toString().getBytes(StandardCharsets.UTF_8);
+    }
+
+    static long digest(byte[] key, byte[] value) {
+        CRC32 crc = new CRC32();
+        if (key != null) crc.update(key);
+        crc.update(0);
+        if (value != null) crc.update(value);
+        return crc.getValue();
+    }
+
+    static String text(byte[] bytes) {
+        return bytes == null ? null : new String(bytes, StandardCharsets.UTF_8);
+    }
+
+    /** Per-partition count and offset range, for summaries. */
+    static final class PartitionStats {
+        final TreeMap<Integer, long[]> byPartition = new TreeMap<>(); // {count, first, last}
+
+        void add(int partition, long offset) {
+            long[] s = byPartition.computeIfAbsent(partition, k -> new long[] {0, Long.MAX_VALUE, Long.MIN_VALUE});
+            s[0]++;
+            s[1] = Math.min(s[1], offset);
+            s[2] = Math.max(s[2], offset);
+        }
+
+        Json toJson() {
+            Json j = new Json();
+            for (Map.Entry<Integer, long[]> e : byPartition.entrySet()) {
+                long[] s = e.getValue();
+                j.put(String.valueOf(e.getKey()),
+                    new Json().put("count", s[0]).put("first_offset", s[1]).put("last_offset", s[2]));
+            }
+            return j;
+        }
+    }
+
+    // ------------------------------------------------------------------ produce
+
+    static void produce(Args a) throws Exception {
+        String topic = a.required("topic");
+        int count = a.getInt("count", 1);
+        long start = a.getLong("start", 0);
+        String keyPrefix = a.get("key-prefix", null);
+        String valuePrefix = a.get("value-prefix", "value");
+        int valueSize = a.getInt("value-size", 0);
+        Integer partition = a.has("partition") ? a.getInt("partition", 0) : null;
+        int timeoutMs = a.getInt("timeout-ms", 30000);
+        int lingerMs = a.getInt("linger-ms", 5);
+
+        Properties p = clientProps(a, "semel-java-producer");
+        p.put(ProducerConfig.ACKS_CONFIG, a.get("acks", "all"));
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, a.get("compression", "none"));
+        p.put(ProducerConfig.LINGER_MS_CONFIG, String.valueOf(lingerMs));
+        if (a.has("idempotent")) p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, a.get("idempotent", "true"));
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, String.valueOf(timeoutMs));
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs + lingerMs));
+        applyProps(p, a);
+
+        int[] partitions = new int[count];
+        long[] offsets = new long[count];
+        AtomicInteger errors = new AtomicInteger();
+        AtomicReference<Exception> firstError = new AtomicReference<>();
+        long[] digests = new long[count];
+        int sent = 0;
+        try (KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            for (int i = 0; i < count && firstError.get() == null; i++) {
+                long n = start + i;
+                byte[] key = keyBytes(keyPrefix, n);
+                byte[] value = valueBytes(valuePrefix, n, valueSize);
+                digests[i] = digest(key, value);
+                final int index = i;
+                producer.send(new ProducerRecord<>(topic, partition, key, value), (md, ex) -> {
+                    if (ex != null) {
+                        errors.incrementAndGet();
+                        firstError.compareAndSet(null, ex);
+                        partitions[index] = -1;
+                    } else {
+                        partitions[index] = md.partition();
+                        offsets[index] = md.offset();
+                    }
+                });
+                sent++;
+            }
+            producer.flush(); // every callback has run once flush returns
+        }
+        PartitionStats stats = new PartitionStats();
+        long checksum = 0; // over acknowledged records
+        for (int i = 0; i < sent; i++) {
+            if (partitions[i] < 0) continue;
+            stats.add(partitions[i], offsets[i]);
+            checksum += digests[i];
+            if (a.flag("dump-acks")) {
+                emit(new Json().put("type", "ack").put("index", start + i)
+                    .put("partition", partitions[i]).put("offset", offsets[i]));
+            }
+        }
+        emit(new Json().put("type", "produce_summary").put("topic", topic).put("count", count)
+            .put("sent", sent).put("acked", sent - errors.get()).put("errors", errors.get())
+            .put("checksum", checksum).put("partitions", stats.toJson()));
+        if (firstError.get() != null) throw firstError.get();
+    }
+
+    /** The records `produce` would send, without a broker: lets tests check their own helpers. */
+    static void records(Args a) throws Exception {
+        int count = a.getInt("count", 1);
+        long start = a.getLong("start", 0);
+        String keyPrefix = a.get("key-prefix", null);
+        String valuePrefix = a.get("value-prefix", "value");
+        int valueSize = a.getInt("value-size", 0);
+        long checksum = 0;
+        for (int i = 0; i < count; i++) {
+            long n = start + i;
+            byte[] key = keyBytes(keyPrefix, n);
+            byte[] value = valueBytes(valuePrefix, n, valueSize);
+            checksum += digest(key, value);
+            if (a.flag("dump")) {
+                emit(new Json().put("type", "record").put("index", n).put("key", text(key)).put("value", text(value)));
+            }
+        }
+        emit(new Json().put("type", "records_summary").put("count", count).put("checksum", checksum));
+    }
+
+    // ------------------------------------------------------------------ consume
+
+    static void consume(Args a) throws Exception {
+        String topic = a.required("topic");
+        String group = a.get("group", null);
+        boolean untilEnd = a.flag("until-end");
+        int count = a.getInt("count", untilEnd ? Integer.MAX_VALUE : 1);
+        int timeoutMs = a.getInt("timeout-ms", 30000);
+        boolean summaryOnly = a.flag("summary-only");
+        if (untilEnd && group != null) throw new UsageError("--until-end works without --group only");
+
+        Properties p = clientProps(a, "semel-java-consumer");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, a.get("isolation", "read_uncommitted"));
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        p.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        if (group != null) {
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, a.flag("from-beginning") ? "earliest" : "latest");
+        }
+        applyProps(p, a);
+
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        PartitionStats stats = new PartitionStats();
+        Map<TopicPartition, OffsetAndMetadata> toCommit = new HashMap<>();
+        long checksum = 0;
+        int consumed = 0;
+        boolean complete;
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                 new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            Map<TopicPartition, Long> endOffsets = null;
+            if (group != null) {
+                consumer.subscribe(List.of(topic));
+            } else {
+                List<TopicPartition> tps = new ArrayList<>();
+                if (a.has("partition")) {
+                    tps.add(new TopicPartition(topic, a.getInt("partition", 0)));
+                } else {
+                    List<PartitionInfo> infos = consumer.partitionsFor(topic, Duration.ofMillis(timeoutMs));
+                    if (infos == null || infos.isEmpty()) throw new TimeoutException("no partitions for topic " + topic);
+                    for (PartitionInfo info : infos) tps.add(new TopicPartition(topic, info.partition()));
+                }
+                consumer.assign(tps);
+                if (a.has("offset")) {
+                    for (TopicPartition tp : tps) consumer.seek(tp, a.getLong("offset", 0));
+                } else if (a.flag("from-beginning") || untilEnd) {
+                    consumer.seekToBeginning(tps);
+                } else {
+                    consumer.seekToEnd(tps);
+                }
+                if (untilEnd) endOffsets = consumer.endOffsets(tps, Duration.ofMillis(timeoutMs));
+            }
+            while (consumed < count && !(untilEnd && reachedEnd(consumer, endOffsets))) {
+                long remaining = deadline - System.currentTimeMillis();
+                if (remaining <= 0) break;
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(Math.min(remaining, 200)))) {
+                    if (consumed >= count) break;
+                    consumed++;
+                    checksum += digest(r.key(), r.value());
+                    stats.add(r.partition(), r.offset());
+                    toCommit.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                    if (!summaryOnly) emit(recordJson(r));
+                }
+            }
+            complete = consumed >= count || (untilEnd && reachedEnd(consumer, endOffsets));
+            if (group != null && !a.flag("no-commit") && !toCommit.isEmpty()) {
+                consumer.commitSync(toCommit, Duration.ofMillis(timeoutMs));
+            }
+        }
+        emit(new Json().put("type", "consume_summary").put("topic", topic).put("count", consumed)
+            .put("checksum", checksum).put("partitions", stats.toJson()));
+        if (!complete && !a.flag("allow-fewer")) {
+            String wanted = untilEnd ? "the end offsets" : count + " records";
+            throw new TimeoutException("consumed " + consumed + " records, not " + wanted + ", within "
+                + timeoutMs + " ms");
+        }
+    }
+
+    static boolean reachedEnd(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, Long> endOffsets) {
+        for (Map.Entry<TopicPartition, Long> e : endOffsets.entrySet()) {
+            if (consumer.position(e.getKey()) < e.getValue()) return false;
+        }
+        return true;
+    }
+
+    static Json recordJson(ConsumerRecord<byte[], byte[]> r) {
+        Json j = new Json().put("type", "record").put("topic", r.topic()).put("partition", r.partition())
+            .put("offset", r.offset()).put("timestamp", r.timestamp())
+            .put("timestamp_type", r.timestampType().name)
+            .put("key", text(r.key())).put("value", text(r.value()));
+        Header[] headers = r.headers().toArray();
+        if (headers.length > 0) {
+            Json h = new Json();
+            for (Header header : headers) h.put(header.key(), text(header.value()));
+            j.put("headers", h);
+        }
+        return j;
+    }
+
+    // ------------------------------------------------------------------ admin
+
+    static Admin openAdmin(Args a) throws UsageError {
+        int timeoutMs = a.getInt("timeout-ms", 30000);
+        Properties p = clientProps(a, "semel-java-admin");
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        applyProps(p, a);
+        return Admin.create(p);
+    }
+
+    static void admin(Args a) throws Exception {
+        String sub = a.positional(0, "admin subcommand");
+        Spec spec = ADMIN_COMMANDS.get(sub);
+        if (spec == null) throw new UsageError("unknown admin subcommand '" + sub + "'");
+        a.shift();
+        spec.command().run(a);
+    }
+
+    static <T> T getOrNull(KafkaFuture<T> future) throws Exception {
+        try {
+            return future.get();
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof UnsupportedVersionException) return null;
+            throw e;
+        }
+    }
+
+    static void createTopic(Args a) throws Exception {
+        String topic = a.positional(0, "topic");
+        Integer partitions = a.has("partitions") ? a.getInt("partitions", 1) : null;
+        Short rf = a.has("rf") ? (short) a.getInt("rf", 1) : null;
+        NewTopic newTopic = new NewTopic(topic, java.util.Optional.ofNullable(partitions),
+            java.util.Optional.ofNullable(rf));
+        Map<String, String> configs = new LinkedHashMap<>();
+        for (String kv : a.all("config")) {
+            int eq = kv.indexOf('=');
+            if (eq <= 0) throw new UsageError("--config expects key=value, got '" + kv + "'");
+            configs.put(kv.substring(0, eq), kv.substring(eq + 1));
+        }
+        newTopic.configs(configs);
+        try (Admin admin = openAdmin(a)) {
+            CreateTopicsResult result = admin.createTopics(List.of(newTopic));
+            result.all().get();
+            Object topicId = getOrNull(result.topicId(topic));
+            emit(new Json().put("type", "topic_created").put("topic", topic)
+                .put("topic_id", topicId == null ? null : topicId.toString())
+                .put("partitions", getOrNull(result.numPartitions(topic)))
+                .put("replication_factor", getOrNull(result.replicationFactor(topic))));
+        }
+    }
+
+    static void deleteTopic(Args a) throws Exception {
+        String topic = a.positional(0, "topic");
+        try (Admin admin = openAdmin(a)) {
+            admin.deleteTopics(List.of(topic)).all().get();
+            emit(new Json().put("type", "topic_deleted").put("topic", topic));
+        }
+    }
+
+    static void listTopics(Args a) throws Exception {
+        try (Admin admin = openAdmin(a)) {
+            Set<String> names = admin.listTopics(new ListTopicsOptions().listInternal(a.flag("internal"))).names().get();
+            emit(new Json().put("type", "topics").put("topics", new ArrayList<>(new java.util.TreeSet<>(names))));
+        }
+    }
+
+    static void describeTopic(Args a) throws Exception {
+        String topic = a.positional(0, "topic");
+        try (Admin admin = openAdmin(a)) {
+            TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            List<Object> partitions = new ArrayList<>();
+            for (TopicPartitionInfo info : d.partitions()) {
+                partitions.add(new Json().put("partition", info.partition())
+                    .put("leader", info.leader() == null ? null : info.leader().id())
+                    .put("replicas", nodeIds(info.replicas())).put("isr", nodeIds(info.isr())));
+            }
+            emit(new Json().put("type", "topic").put("name", d.name())
+                .put("topic_id", d.topicId() == null ? null : d.topicId().toString())
+                .put("internal", d.isInternal()).put("partitions", partitions));
+        }
+    }
+
+    static List<Object> nodeIds(List<Node> nodes) {
+        List<Object> ids = new ArrayList<>();
+        for (Node n : nodes) ids.add(n.id());
+        return ids;
+    }
+
+    static ConfigResource configResource(Args a) throws UsageError {
+        if (a.has("broker")) return new ConfigResource(ConfigResource.Type.BROKER, a.get("broker", "0"));
+        return new ConfigResource(ConfigResource.Type.TOPIC, a.positional(0, "topic"));
+    }
+
+    static void describeConfigs(Args a) throws Exception {
+        ConfigResource resource = configResource(a);
+        try (Admin admin = openAdmin(a)) {
+            Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            Json configs = new Json();
+            List<ConfigEntry> entries = new ArrayList<>(config.entries());
+            entries.sort((x, y) -> x.name().compareTo(y.name()));
+            for (ConfigEntry e : entries) {
+                configs.put(e.name(), new Json().put("value", e.value()).put("source", e.source().name())
+                    .put("default", e.isDefault()).put("read_only", e.isReadOnly())
+                    .put("sensitive", e.isSensitive()));
+            }
+            emit(new Json().put("type", "configs").put("resource_type", resource.type().name())
+                .put("name", resource.name()).put("configs", configs));
+        }
+    }
+
+    static void alterConfig(Args a) throws Exception {
+        ConfigResource resource = configResource(a);
+        List<AlterConfigOp> ops = new ArrayList<>();
+        List<String> pairs = a.positionals().subList(resource.type() == ConfigResource.Type.TOPIC ? 1 : 0,
+            a.positionals().size());
+        for (String kv : pairs) {
+            int eq = kv.indexOf('=');
+            if (eq <= 0) throw new UsageError("expected key=value, got '" + kv + "'");
+            ops.add(new AlterConfigOp(new ConfigEntry(kv.substring(0, eq), kv.substring(eq + 1)),
+                AlterConfigOp.OpType.SET));
+        }
+        for (String key : a.all("delete")) {
+            ops.add(new AlterConfigOp(new ConfigEntry(key, null), AlterConfigOp.OpType.DELETE));
+        }
+        if (ops.isEmpty()) throw new UsageError("nothing to alter: give key=value or --delete key");
+        try (Admin admin = openAdmin(a)) {
+            admin.incrementalAlterConfigs(Map.of(resource, ops)).all().get();
+            emit(new Json().put("type", "configs_altered").put("resource_type", resource.type().name())
+                .put("name", resource.name()));
+        }
+    }
+
+    static void describeCluster(Args a) throws Exception {
+        try (Admin admin = openAdmin(a)) {
+            DescribeClusterResult r = admin.describeCluster();
+            List<Object> nodes = new ArrayList<>();
+            for (Node n : r.nodes().get()) {
+                nodes.add(new Json().put("id", n.id()).put("host", n.host()).put("port", n.port()).put("rack", n.rack()));
+            }
+            Node controller = r.controller().get();
+            emit(new Json().put("type", "cluster").put("cluster_id", r.clusterId().get())
+                .put("controller", controller == null ? null : controller.id()).put("nodes", nodes));
+        }
+    }
+
+    static void createPartitions(Args a) throws Exception {
+        String topic = a.positional(0, "topic");
+        int total = parseInt(a.positional(1, "total partition count"), "total partition count");
+        try (Admin admin = openAdmin(a)) {
+            admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(total))).all().get();
+            emit(new Json().put("type", "partitions_created").put("topic", topic).put("total", total));
+        }
+    }
+
+    static void deleteRecords(Args a) throws Exception {
+        String topic = a.positional(0, "topic");
+        int partition = parseInt(a.positional(1, "partition"), "partition");
+        long before = parseLong(a.positional(2, "offset"), "offset");
+        TopicPartition tp = new TopicPartition(topic, partition);
+        try (Admin admin = openAdmin(a)) {
+            long low = admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(before)))
+                .lowWatermarks().get(tp).get().lowWatermark();
+            emit(new Json().put("type", "records_deleted").put("topic", topic).put("partition", partition)
+                .put("low_watermark", low));
+        }
+    }
+
+    static void listOffsets(Args a) throws Exception {
+        String topic = a.positional(0, "topic");
+        int partition = parseInt(a.positional(1, "partition"), "partition");
+        String which = a.positional(2, "earliest|latest|max-timestamp|<timestamp-ms>");
+        OffsetSpec spec = switch (which) {
+            case "earliest" -> OffsetSpec.earliest();
+            case "latest" -> OffsetSpec.latest();
+            case "max-timestamp" -> OffsetSpec.maxTimestamp();
+            default -> OffsetSpec.forTimestamp(parseLong(which, "timestamp"));
+        };
+        IsolationLevel isolation = IsolationLevel.valueOf(a.get("isolation", "read_uncommitted").toUpperCase());
+        TopicPartition tp = new TopicPartition(topic, partition);
+        try (Admin admin = openAdmin(a)) {
+            ListOffsetsResult.ListOffsetsResultInfo info =
+                admin.listOffsets(Map.of(tp, spec), new ListOffsetsOptions(isolation)).partitionResult(tp).get();
+            emit(new Json().put("type", "offset").put("topic", topic).put("partition", partition)
+                .put("offset", info.offset()).put("timestamp", info.timestamp())
+                .put("leader_epoch", info.leaderEpoch().orElse(null)));
+        }
+    }
+
+    // ------------------------------------------------------------------ argument parsing
+
+    static int parseInt(String s, String what) throws UsageError {
+        try {
+            return Integer.parseInt(s);
+        } catch (NumberFormatException e) {
+            throw new UsageError(what + ": expected an integer, got '" + s + "'");
+        }
+    }
+
+    static long parseLong(String s, String what) throws UsageError {
+        try {
+            return Long.parseLong(s);
+        } catch (NumberFormatException e) {
+            throw new UsageError(what + ": expected an integer, got '" + s + "'");
+        }
+    }
+
+    /** `--name value` options (repeatable), bare `--flag`s, and positionals in order. */
+    static final class Args {
+        final Map<String, List<String>> options = new HashMap<>();
+        List<String> positionals = new ArrayList<>();
+
+        static Args parse(String[] argv, Set<String> allowed) throws UsageError {
+            Args a = new Args();
+            for (int i = 0; i < argv.length; i++) {
+                String arg = argv[i];
+                if (!arg.startsWith("--")) {
+                    a.positionals.add(arg);
+                    continue;
+                }
+                String name = arg.substring(2);
+                String value = "true";
+                int eq = name.indexOf('=');
+                if (eq >= 0) {
+                    value = name.substring(eq + 1);
+                    name = name.substring(0, eq);
+                } else if (!FLAGS.contains(name)) {
+                    if (i + 1 >= argv.length) throw new UsageError("--" + name + " needs a value");
+                    value = argv[++i];
+                }
+                if (!allowed.contains(name)) throw new UsageError("unknown option --" + name);
+                a.options.computeIfAbsent(name, k -> new ArrayList<>()).add(value);
+            }
+            return a;
+        }
+
+        boolean has(String name) { return options.containsKey(name); }
+
+        boolean flag(String name) {
+            List<String> v = options.get(name);
+            return v != null && !v.get(v.size() - 1).equals("false");
+        }
+
+        String get(String name, String fallback) {
+            List<String> v = options.get(name);
+            return v == null ? fallback : v.get(v.size() - 1);
+        }
+
+        String required(String name) throws UsageError {
+            String v = get(name, null);
+            if (v == null) throw new UsageError("--" + name + " is required");
+            return v;
+        }
+
+        List<String> all(String name) { return options.getOrDefault(name, List.of()); }
+
+        int getInt(String name, int fallback) throws UsageError {
+            String v = get(name, null);
+            return v == null ? fallback : parseInt(v, "--" + name);
+        }
+
+        long getLong(String name, long fallback) throws UsageError {
+            String v = get(name, null);
+            return v == null ? fallback : parseLong(v, "--" + name);
+        }
+
+        List<String> positionals() { return positionals; }
+
+        String positional(int index, String what) throws UsageError {
+            if (index >= positionals.size()) throw new UsageError("missing " + what);
+            return positionals.get(index);
+        }
+
+        void shift() { positionals = new ArrayList<>(positionals.subList(1, positionals.size())); }
+    }
+
+    // ------------------------------------------------------------------ JSON output
+
+    /** A JSON object built field by field; values: null, String, Number, Boolean, Json, Collection. */
+    static final class Json {
+        private final StringBuilder sb = new StringBuilder("{");
+
+        Json put(String key, Object value) {
+            if (sb.length() > 1) sb.append(',');
+            quote(sb, key);
+            sb.append(':');
+            write(sb, value);
+            return this;
+        }
+
+        @Override
+        public String toString() { return sb + "}"; }
+
+        static void write(StringBuilder sb, Object v) {
+            if (v == null) {
+                sb.append("null");
+            } else if (v instanceof Json j) {
+                sb.append(j);
+            } else if (v instanceof Number || v instanceof Boolean) {
+                sb.append(v);
+            } else if (v instanceof Collection<?> c) {
+                sb.append('[');
+                boolean first = true;
+                for (Object o : c) {
+                    if (!first) sb.append(',');
+                    first = false;
+                    write(sb, o);
+                }
+                sb.append(']');
+            } else {
+                quote(sb, v.toString());
+            }
+        }
+
+        static void quote(StringBuilder sb, String s) {
+            sb.append('"');
+            for (int i = 0; i < s.length(); i++) {
+                char c = s.charAt(i);
+                switch (c) {
+                    case '"' -> sb.append("\\\"");
+                    case '\\' -> sb.append("\\\\");
+                    case '\n' -> sb.append("\\n");
+                    case '\r' -> sb.append("\\r");
+                    case '\t' -> sb.append("\\t");
+                    default -> {
+                        if (c < 0x20) sb.append(String.format("\\u%04x", (int) c));
+                        else sb.append(c);
+                    }
+                }
+            }
+            sb.append('"');
+        }
+    }
+}
