@@ -1,0 +1,54 @@
+# semel: `make run` starts a broker on 127.0.0.1:9092 with data in ./data;
+# `make test` runs the test suite. Both create the virtual environment .venv on first use.
+# Installs are remembered by stamp files in .venv/ and redone only when pyproject.toml changes.
+
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 9092
+DATA_DIR ?= ./data
+PYTEST_ARGS ?= -q
+BENCH_ARGS ?=
+
+.PHONY: run test test-deps jars bench protocol lint
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q -e '.[test]'
+	touch $@
+
+$(VENV)/.installed-specs: pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q -e '.[specs]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(VPY) -m broker serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+
+# Java kafka-clients jars for the Java client tests, into .cache/java-jars/ (quick when present)
+jars: | $(VPY)
+	$(VPY) tests/tools/fetch_java_jars.py >/dev/null
+
+test-deps: $(VENV)/.installed-test jars
+
+test: test-deps
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	@if [ -f bench/run.py ]; then \
+		$(VPY) bench/run.py $(BENCH_ARGS); \
+	else \
+		echo "bench/run.py does not exist yet" >&2; exit 1; \
+	fi
+
+protocol: $(VENV)/.installed-specs
+	$(VPY) -m protocol.codegen
+
+lint: $(VENV)/.installed-test
+	$(VPY) -m ruff check .
