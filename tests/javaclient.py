@@ -47,7 +47,8 @@ class JavaClientError(Exception):
     """SemelClient exited non-zero (or ran past its timeout).
 
     exception_class/message: the Java exception that ended the run ("" for usage errors and
-    timeouts); results: the JSON lines printed before it failed; stderr: everything it wrote.
+    timeouts); root_class/root_message: its innermost cause (the same when it has none);
+    results: the JSON lines printed before it failed; stderr: everything it wrote.
     """
 
     def __init__(
@@ -56,17 +57,21 @@ class JavaClientError(Exception):
         returncode: int | None,
         stderr: str,
         results: list[dict[str, Any]],
-        exception_class: str = "",
-        message: str = "",
+        error: dict[str, str] | None = None,
     ) -> None:
+        error = error or {}
         self.args_used = args
         self.returncode = returncode
         self.stderr = stderr
         self.results = results
-        self.exception_class = exception_class
-        self.message = message
+        self.exception_class = exception_class = error.get("class", "")
+        self.message = message = error.get("message") or ""
+        self.root_class = error.get("root_class", exception_class)
+        self.root_message = error.get("root_message", message) or ""
         tail = "\n".join(stderr.strip().splitlines()[-15:])
         what = f"{exception_class}: {message}" if exception_class else f"exit status {returncode}"
+        if self.root_class != exception_class:
+            what += f" (root cause {self.root_class}: {self.root_message})"
         super().__init__(f"SemelClient {' '.join(args)} failed: {what}\n{tail}")
 
 
@@ -165,9 +170,8 @@ def run_java(*args: object, timeout: float = 120.0) -> list[dict[str, Any]]:
         ) from None
     results = _parse_lines(done.stdout)
     if done.returncode != 0:
-        exception_class, message = _error_of(done.stderr)
         raise JavaClientError(
-            str_args, done.returncode, done.stderr, results, exception_class, message
+            str_args, done.returncode, done.stderr, results, _error_of(done.stderr)
         )
     return results
 
@@ -176,12 +180,11 @@ def _parse_lines(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def _error_of(stderr: str) -> tuple[str, str]:
+def _error_of(stderr: str) -> dict[str, str]:
     for line in reversed(stderr.splitlines()):
         if line.startswith(ERROR_MARKER):
-            error = json.loads(line[len(ERROR_MARKER) :])
-            return error["class"], error["message"] or ""
-    return "", ""
+            return json.loads(line[len(ERROR_MARKER) :])
+    return {}
 
 
 # ------------------------------------------------------------------ the records `produce` sends

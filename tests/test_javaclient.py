@@ -126,3 +126,22 @@ def test_fetch_script_skips_download_when_jars_exist(
     (tmp_path / "zstd-jni.jar").unlink()
     with pytest.raises(AssertionError, match="downloaded"):
         fetch.ensure_jars(tmp_path)
+
+
+def test_error_line_with_root_cause_is_parsed() -> None:
+    stderr = (
+        "org.apache.kafka.common.KafkaException: error state\n\tat Foo.bar(Foo.java:1)\n"
+        'SEMEL_CLIENT_ERROR {"class":"org.apache.kafka.common.KafkaException","message":"error'
+        ' state","root_class":"org.apache.kafka.common.errors.UnsupportedVersionException",'
+        '"root_message":"no INIT_PRODUCER_ID"}\n'
+    )
+    e = JavaClientError(("produce",), 1, stderr, [], javaclient._error_of(stderr))
+    assert (e.exception_class, e.message) == (
+        "org.apache.kafka.common.KafkaException",
+        "error state",
+    )
+    assert e.root_class.endswith("UnsupportedVersionException")
+    assert "root cause org.apache.kafka.common.errors.UnsupportedVersionException" in str(e)
+    plain = JavaClientError(("x",), 2, "usage error: bad\n", [], javaclient._error_of("usage\n"))
+    assert (plain.exception_class, plain.root_class, plain.message) == ("", "", "")
+    assert "exit status 2" in str(plain)

@@ -4,13 +4,20 @@
  * Usage: java SemelClient <command> [options]; `--help` lists the commands.
  * Output: one JSON object per line on stdout, each with a "type" field. On failure the last
  * line on stderr is `SEMEL_CLIENT_ERROR {"class": ..., "message": ...}` (the exception that
- * ended the run, unwrapped from ExecutionException) and the exit status is 1; a usage error
- * exits with 2. tests/javaclient.py compiles and runs this file.
+ * ended the run, unwrapped from ExecutionException; plus "root_class"/"root_message" of its
+ * innermost cause when it has one) and the exit status is 1; a usage error exits with 2. tests/javaclient.py compiles and runs this file.
  *
  * Deterministic data: record i (counting from --start) has value "<value-prefix>-<i>" padded
  * with '.' to --value-size bytes, and key "<key-prefix>-<i>" (no key without --key-prefix).
  * checksum = sum over records of CRC32(key bytes, 0x00, value bytes): order-independent, so a
  * produce summary (over acknowledged records) and a consume summary of the same records agree.
+ *
+ * produce prints {"type":"produce_summary", count, sent, acked, errors (= sent - acked),
+ * checksum, partitions: {"<p>": {count, first_offset, last_offset}}}, preceded with --dump-acks
+ * by one {"type":"ack", index, partition, offset} per acknowledged record. consume prints one
+ * {"type":"record", topic, partition, offset, timestamp, timestamp_type, key, value[, headers]}
+ * per record (unless --summary-only), then {"type":"consume_summary", count, checksum,
+ * partitions}. Admin subcommands print one object each (see the methods below).
  *
  * Adding a command: write `static void name(Args a) throws Exception`, register it in
  * COMMANDS (or ADMIN_COMMANDS for `admin <sub>`) with its usage and options. Planned:
@@ -38,7 +45,6 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.zip.CRC32;
 
@@ -167,8 +173,13 @@ public final class SemelClient {
         } catch (Throwable t) {
             Throwable cause = unwrap(t);
             cause.printStackTrace();
-            System.err.println("SEMEL_CLIENT_ERROR " + new Json()
-                .put("class", cause.getClass().getName()).put("message", cause.getMessage()));
+            Json error = new Json().put("class", cause.getClass().getName()).put("message", cause.getMessage());
+            Throwable root = cause;
+            while (root.getCause() != null && root.getCause() != root) root = root.getCause();
+            if (root != cause) {
+                error.put("root_class", root.getClass().getName()).put("root_message", root.getMessage());
+            }
+            System.err.println("SEMEL_CLIENT_ERROR " + error);
             status = 1;
         }
         OUT.flush();
@@ -313,7 +324,6 @@ public final class SemelClient {
 
         int[] partitions = new int[count];
         long[] offsets = new long[count];
-        AtomicInteger errors = new AtomicInteger();
         AtomicReference<Exception> firstError = new AtomicReference<>();
         long[] digests = new long[count];
         int sent = 0;
@@ -325,24 +335,29 @@ public final class SemelClient {
                 byte[] value = valueBytes(valuePrefix, n, valueSize);
                 digests[i] = digest(key, value);
                 final int index = i;
-                producer.send(new ProducerRecord<>(topic, partition, key, value), (md, ex) -> {
-                    if (ex != null) {
-                        errors.incrementAndGet();
-                        firstError.compareAndSet(null, ex);
-                        partitions[index] = -1;
-                    } else {
-                        partitions[index] = md.partition();
-                        offsets[index] = md.offset();
-                    }
-                });
+                partitions[index] = -1;
+                try {
+                    producer.send(new ProducerRecord<>(topic, partition, key, value), (md, ex) -> {
+                        if (ex != null) {
+                            firstError.compareAndSet(null, ex);
+                        } else {
+                            partitions[index] = md.partition();
+                            offsets[index] = md.offset();
+                        }
+                    });
+                } catch (RuntimeException e) { // send() throws what is not an ApiException
+                    firstError.compareAndSet(null, e);
+                }
                 sent++;
             }
             producer.flush(); // every callback has run once flush returns
         }
         PartitionStats stats = new PartitionStats();
         long checksum = 0; // over acknowledged records
+        int acked = 0;
         for (int i = 0; i < sent; i++) {
             if (partitions[i] < 0) continue;
+            acked++;
             stats.add(partitions[i], offsets[i]);
             checksum += digests[i];
             if (a.flag("dump-acks")) {
@@ -351,7 +366,7 @@ public final class SemelClient {
             }
         }
         emit(new Json().put("type", "produce_summary").put("topic", topic).put("count", count)
-            .put("sent", sent).put("acked", sent - errors.get()).put("errors", errors.get())
+            .put("sent", sent).put("acked", acked).put("errors", sent - acked)
             .put("checksum", checksum).put("partitions", stats.toJson()));
         if (firstError.get() != null) throw firstError.get();
     }
