@@ -1,0 +1,212 @@
+"""Record batch compression codecs (batch attributes bits 0-2).
+
+Codec ids: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd. All four are done by ``cramjam``, one
+Rust-backed library with wheels for every platform that covers gzip, raw snappy, the lz4
+frame format and zstd. The wire formats, as Kafka's Java client writes and reads them:
+
+- gzip: an RFC 1952 stream (Java's GZIPOutputStream); concatenated members are read too.
+- snappy: Java writes snappy-java's *xerial* framing: a 16-byte header (magic
+  ``b"\\x82SNAPPY\\x00"``, int32 version 1, int32 minimum compatible version 1), then blocks
+  of int32 big-endian length + one raw snappy block (32 KiB of input each). librdkafka
+  writes one raw snappy block. Readers: snappy-java falls back to a single raw block when
+  the magic is missing, librdkafka and kafka-python detect the magic, so both forms are
+  read by everyone. We read both and **write xerial framing**, the form Java itself writes
+  and therefore the one every Kafka client has always read.
+- lz4: the LZ4 frame format with *independent* blocks: Java's Lz4BlockInputStream rejects
+  frames that declare dependent (linked) blocks. 64 KiB blocks, no content size.
+- zstd: standard zstd frames (Java uses zstd-jni's streaming frames).
+
+Decompression is bounded: ``decompress(codec, data, max_output)`` raises ``ProtocolError``
+when the output would exceed ``max_output`` (a decompression bomb) without producing more
+than that, and on corrupt input. Output sizes declared in the input (gzip ISIZE, lz4 content
+size, zstd frame content size, snappy's length header) are used as hints to size the output
+buffer and to refuse early, never trusted for safety. The broker mainly decompresses
+(validation, internal topics, compaction); it compresses rarely.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+import cramjam
+
+from protocol.errors import ProtocolError
+
+__all__ = ["CompressionType", "compress", "decompress"]
+
+
+class CompressionType(IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, minimum compatible version
+_XERIAL_BLOCK_INPUT = 32 * 1024  # snappy-java's default block size
+_INT32_BE = struct.Struct(">i")
+_UINT32_LE = struct.Struct("<I")
+_UINT64_LE = struct.Struct("<Q")
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_FIRST_GUESS_MIN = 64 * 1024  # output buffer size when the input declares none
+_GROWTH = 4
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
+    """Compress ``data`` with ``codec`` in the format Kafka's Java client writes."""
+    if codec == CompressionType.NONE:
+        return bytes(data)
+    if codec == CompressionType.GZIP:
+        return bytes(cramjam.gzip.compress(data, level=level))
+    if codec == CompressionType.SNAPPY:
+        return _xerial_compress(data)
+    if codec == CompressionType.LZ4:
+        compressor = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+        compressor.compress(data if type(data) is bytes else bytes(data))  # bytes only
+        return bytes(compressor.finish())
+    if codec == CompressionType.ZSTD:
+        return bytes(cramjam.zstd.compress(data, level=3 if level is None else level))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def decompress(codec: int, data: bytes | bytearray | memoryview, max_output: int) -> bytes:
+    """Decompress ``data``; ProtocolError if it is corrupt or inflates beyond ``max_output``."""
+    if codec == CompressionType.NONE:
+        if len(data) > max_output:
+            raise ProtocolError(f"uncompressed data of {len(data)} bytes exceeds {max_output}")
+        return bytes(data)
+    if codec == CompressionType.GZIP:
+        hint = _UINT32_LE.unpack_from(data, len(data) - 4)[0] if len(data) >= 18 else None
+        return _bounded("gzip", cramjam.gzip, data, hint, max_output)
+    if codec == CompressionType.SNAPPY:
+        if bytes(data[:8]) == XERIAL_MAGIC:
+            return _xerial_decompress(data, max_output)
+        return _raw_snappy(data, max_output)
+    if codec == CompressionType.LZ4:
+        return _bounded("lz4", cramjam.lz4, data, _lz4_content_size(data), max_output)
+    if codec == CompressionType.ZSTD:
+        return _bounded("zstd", cramjam.zstd, data, _zstd_content_size(data), max_output)
+    raise ProtocolError(f"unknown compression codec {codec}")
+
+
+def _bounded(name: str, codec, data, hint: int | None, max_output: int) -> bytes:
+    """decompress_into a buffer of a guessed size, growing it up to max_output.
+
+    cramjam's ``decompress_into`` stops with an error as soon as the buffer is full, so no
+    attempt ever produces more than the buffer it was given.
+    """
+    if hint is not None and hint > max_output:
+        raise ProtocolError(f"{name}: declared output of {hint} bytes exceeds {max_output}")
+    if hint is None or hint == 0:
+        size = min(max_output, max(_FIRST_GUESS_MIN, len(data) * 8))
+    else:
+        size = hint
+    while True:
+        out = bytearray(size)
+        try:
+            n = codec.decompress_into(data, out)
+        except cramjam.DecompressionError as e:
+            if size >= max_output:
+                raise ProtocolError(
+                    f"{name}: corrupt data or output larger than {max_output} bytes ({e})"
+                ) from None
+            size = min(max_output, max(size * _GROWTH, _FIRST_GUESS_MIN))
+            continue
+        except (ValueError, TypeError, OverflowError) as e:
+            raise ProtocolError(f"{name}: {e}") from None
+        return bytes(memoryview(out)[:n])
+
+
+def _raw_snappy(data, max_output: int) -> bytes:
+    try:
+        size = cramjam.snappy.decompress_raw_len(data)
+    except cramjam.DecompressionError as e:
+        raise ProtocolError(f"snappy: {e}") from None
+    if size > max_output:
+        raise ProtocolError(f"snappy: declared output of {size} bytes exceeds {max_output}")
+    out = bytearray(size)
+    try:
+        n = cramjam.snappy.decompress_raw_into(data, out)
+    except cramjam.DecompressionError as e:
+        raise ProtocolError(f"snappy: {e}") from None
+    return bytes(memoryview(out)[:n])
+
+
+def _xerial_compress(data) -> bytes:
+    view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+    parts = [_XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)]
+    for start in range(0, len(view), _XERIAL_BLOCK_INPUT):
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK_INPUT]))
+        parts.append(_INT32_BE.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _xerial_decompress(data, max_output: int) -> bytes:
+    view = memoryview(data).cast("B")
+    end = len(view)
+    blocks = []
+    total = 0
+    pos = 0
+    while pos < end:
+        if bytes(view[pos : pos + 8]) == XERIAL_MAGIC:
+            # a header, at the start or where two xerial streams were concatenated
+            if end - pos < _XERIAL_HEADER.size:
+                raise ProtocolError("snappy: truncated xerial header")
+            pos += _XERIAL_HEADER.size
+            continue
+        if end - pos < 4:
+            raise ProtocolError(f"snappy: truncated xerial block length at {pos}")
+        length = _INT32_BE.unpack_from(view, pos)[0]
+        pos += 4
+        if length < 0 or length > end - pos:
+            raise ProtocolError(f"snappy: xerial block length {length} at {pos - 4} out of range")
+        block = view[pos : pos + length]
+        pos += length
+        try:
+            size = cramjam.snappy.decompress_raw_len(block)
+        except cramjam.DecompressionError as e:
+            raise ProtocolError(f"snappy: {e}") from None
+        total += size
+        if total > max_output:
+            raise ProtocolError(f"snappy: output exceeds {max_output} bytes")
+        blocks.append((block, size))
+    out = bytearray(total)
+    target = memoryview(out)
+    offset = 0
+    for block, size in blocks:
+        try:
+            n = cramjam.snappy.decompress_raw_into(block, target[offset : offset + size])
+        except cramjam.DecompressionError as e:
+            raise ProtocolError(f"snappy: {e}") from None
+        if n != size:
+            raise ProtocolError(f"snappy: block produced {n} bytes, declared {size}")
+        offset += n
+    target.release()
+    return bytes(out)
+
+
+def _lz4_content_size(data) -> int | None:
+    """The content size an lz4 frame header declares (FLG bit 3), else None."""
+    if len(data) >= 15 and bytes(data[:4]) == _LZ4_MAGIC and data[4] & 0x08:
+        return _UINT64_LE.unpack_from(data, 6)[0]
+    return None
+
+
+def _zstd_content_size(data) -> int | None:
+    """Frame_Content_Size from the first zstd frame header (RFC 8878 3.1.1.1), else None."""
+    if len(data) < 6 or bytes(data[:4]) != _ZSTD_MAGIC:
+        return None
+    descriptor = data[4]
+    fcs_flag = descriptor >> 6
+    single_segment = descriptor & 0x20
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 0x03]
+    size = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if size == 0 or len(data) < pos + size:
+        return None
+    value = int.from_bytes(data[pos : pos + size], "little")
+    return value + 256 if size == 2 else value

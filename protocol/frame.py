@@ -1,0 +1,255 @@
+"""Kafka request/response framing and headers (sans-IO: bytes in, frames and values out).
+
+On the wire every request and response is ``size int32`` followed by ``size`` bytes.
+
+Request header (the header version follows from the API key and version):
+    v0: api_key int16, api_version int16, correlation_id int32
+    v1: v0 + client_id nullable string (int16 length, -1 = null; non-compact even in v2)
+    v2: v1 + tagged fields (unsigned varint count; per field: unsigned varint tag,
+        unsigned varint size, bytes)
+Response header:
+    v0: correlation_id int32
+    v1: v0 + tagged fields (we send none: one 0x00 byte)
+
+``FrameDecoder`` refuses a frame whose size is negative or above ``max_frame_size`` as
+soon as the 4 size bytes arrive, before buffering any of its body (Kafka's
+``socket.request.max.bytes``); after that error the stream cannot be resynchronised and
+the connection must be closed.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from protocol.errors import ProtocolError
+
+__all__ = [
+    "FrameDecoder",
+    "FrameTooLarge",
+    "RequestHeader",
+    "decode_response_header",
+    "encode_request_header",
+    "encode_response_header",
+    "frame_response",
+    "parse_request_header",
+    "peek_api_key_version",
+    "read_unsigned_varint",
+    "size_prefix",
+    "skip_tagged_fields",
+]
+
+DEFAULT_MAX_FRAME_SIZE = 104857600  # Kafka's socket.request.max.bytes default (100 MiB)
+
+_SIZE = struct.Struct(">i")
+_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame size prefix that is negative or larger than the decoder's maximum."""
+
+    def __init__(self, size: int, max_frame_size: int) -> None:
+        if size < 0:
+            message = f"invalid frame size {size}"
+        else:
+            message = f"frame of {size} bytes exceeds the maximum of {max_frame_size}"
+        super().__init__(message)
+        self.size = size
+        self.max_frame_size = max_frame_size
+
+
+class FrameDecoder:
+    """Splits a byte stream into frames (bodies without the 4-byte size).
+
+    ``feed(data)`` returns every frame completed by ``data``. A frame that arrives whole
+    inside one ``bytes`` chunk is returned as a zero-copy memoryview slice of it; a frame
+    spread over several chunks is collected as a list of pieces and joined once when it
+    completes, so each byte is copied at most once however small the chunks are. Pieces
+    of a ``bytes`` chunk are referenced, not copied; other buffer types (which the caller
+    may reuse) are copied when kept.
+    """
+
+    __slots__ = ("_have", "_need", "_pieces", "_size_bytes", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._size_bytes = b""  # a size prefix split across feeds (< 4 bytes)
+        self._need = -1  # body size of the frame being collected, -1 between frames
+        self._pieces: list[bytes | memoryview] = []
+        self._have = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as part of a frame (size prefix included)."""
+        if self._need >= 0:
+            return 4 + self._have
+        return len(self._size_bytes)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        keep_refs = isinstance(data, bytes)
+        frames: list[memoryview] = []
+        end = len(view)
+        pos = 0
+        max_size = self.max_frame_size
+        while pos < end:
+            if self._need < 0:
+                # between frames: read the size prefix
+                if not self._size_bytes and end - pos >= 4:
+                    size = _SIZE.unpack_from(view, pos)[0]
+                    pos += 4
+                else:
+                    take = min(4 - len(self._size_bytes), end - pos)
+                    self._size_bytes += bytes(view[pos : pos + take])
+                    pos += take
+                    if len(self._size_bytes) < 4:
+                        break
+                    size = _SIZE.unpack(self._size_bytes)[0]
+                    self._size_bytes = b""
+                if size < 0 or size > max_size:
+                    raise FrameTooLarge(size, max_size)
+                if end - pos >= size:
+                    frame = view[pos : pos + size]  # whole in this chunk: no copy of bytes
+                    frames.append(frame if keep_refs else memoryview(bytes(frame)))
+                    pos += size
+                    continue
+                self._need = size
+                self._have = 0
+            # collecting the body of a frame that spans chunks
+            take = min(self._need - self._have, end - pos)
+            piece = view[pos : pos + take]
+            self._pieces.append(piece if keep_refs else bytes(piece))
+            self._have += take
+            pos += take
+            if self._have == self._need:
+                frames.append(memoryview(b"".join(self._pieces)))
+                self._pieces.clear()
+                self._need = -1
+                self._have = 0
+        return frames
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None = None
+
+
+def peek_api_key_version(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id): the fields every header version starts with."""
+    if len(frame) < 8:
+        raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header")
+    return _KEY_VERSION_CORRELATION.unpack_from(frame, 0)
+
+
+def parse_request_header(
+    frame: bytes | bytearray | memoryview, header_version: int
+) -> tuple[RequestHeader, int]:
+    """Decode a request header; returns it and the offset where the request body starts."""
+    api_key, api_version, correlation_id = peek_api_key_version(frame)
+    pos = 8
+    client_id = None
+    if header_version >= 1:
+        if len(frame) < pos + 2:
+            raise ProtocolError("request header ends before the client id length")
+        length = _INT16.unpack_from(frame, pos)[0]
+        pos += 2
+        if length >= 0:
+            if len(frame) < pos + length:
+                raise ProtocolError(f"client id of {length} bytes runs past the end of the frame")
+            client_id = bytes(frame[pos : pos + length]).decode("utf-8", "replace")
+            pos += length
+        elif length != -1:
+            raise ProtocolError(f"invalid client id length {length}")
+    if header_version >= 2:
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def read_unsigned_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """Unsigned varint (at most 5 bytes, 32 bits) at pos -> (value, next pos)."""
+    value = 0
+    shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise ProtocolError("unsigned varint runs past the end of the frame")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value & 0xFFFFFFFF, pos
+        shift += 7
+        if shift > 28:
+            raise ProtocolError("unsigned varint longer than 5 bytes")
+
+
+def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    """Skip a tagged-field section at pos; returns the position after it."""
+    count, pos = read_unsigned_varint(buf, pos)
+    end = len(buf)
+    if count > end - pos:  # every field takes at least 2 bytes
+        raise ProtocolError(f"{count} tagged fields cannot fit in {end - pos} bytes")
+    for _ in range(count):
+        _, pos = read_unsigned_varint(buf, pos)
+        size, pos = read_unsigned_varint(buf, pos)
+        if size > end - pos:
+            raise ProtocolError(f"tagged field of {size} bytes runs past the end of the frame")
+        pos += size
+    return pos
+
+
+def encode_request_header(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    client_id: str | None,
+    header_version: int,
+) -> bytes:
+    """A request header (client side; used by tests and tools)."""
+    out = _KEY_VERSION_CORRELATION.pack(api_key, api_version, correlation_id)
+    if header_version >= 1:
+        if client_id is None:
+            out += _INT16.pack(-1)
+        else:
+            raw = client_id.encode("utf-8")
+            out += _INT16.pack(len(raw)) + raw
+    if header_version >= 2:
+        out += b"\x00"
+    return out
+
+
+def encode_response_header(correlation_id: int, header_version: int) -> bytes:
+    """v0: correlation id; v1: + an empty tagged-field section."""
+    if header_version >= 1:
+        return _INT32.pack(correlation_id) + b"\x00"
+    return _INT32.pack(correlation_id)
+
+
+def decode_response_header(
+    frame: bytes | bytearray | memoryview, header_version: int
+) -> tuple[int, int]:
+    """(correlation_id, offset of the response body) — client side, for tests."""
+    if len(frame) < 4:
+        raise ProtocolError(f"response of {len(frame)} bytes is shorter than its header")
+    correlation_id = _INT32.unpack_from(frame, 0)[0]
+    pos = 4
+    if header_version >= 1:
+        pos = skip_tagged_fields(frame, pos)
+    return correlation_id, pos
+
+
+def size_prefix(length: int) -> bytes:
+    """The int32 size that precedes a frame of ``length`` bytes (for ``writelines``)."""
+    return _SIZE.pack(length)
+
+
+def frame_response(header: bytes, body: bytes | bytearray | memoryview) -> bytes:
+    """size + header + body as one bytes object."""
+    return b"".join((_SIZE.pack(len(header) + len(body)), header, body))
