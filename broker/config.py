@@ -147,7 +147,7 @@ def _parse_port(text: str) -> int:
 
 
 def parse_listeners(text: str) -> tuple[Listener, ...]:
-    """`PLAINTEXT://host:port[,...]` -> listeners; "" -> (). Raises ConfigError-free _Invalid."""
+    """`PLAINTEXT://host:port[,...]` -> listeners; "" -> (). Raises ValueError with the reason."""
     result = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
