@@ -47,7 +47,7 @@ bench: $(VENV)/.installed
 		echo "bench/run.py does not exist yet" >&2; exit 1; \
 	fi
 
-protocol: $(VENV)/.installed-specs
+protocol: $(VENV)/.installed-specs jars
 	$(VPY) -m protocol.codegen
 
 lint: $(VENV)/.installed-test
