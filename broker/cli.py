@@ -1,0 +1,90 @@
+"""The command line: ``semel serve`` (also ``python -m broker serve``).
+
+Prints exactly one line containing ``ready`` and the bound ``host:port`` once the broker
+accepts connections; exits non-zero with a one-line reason when the configuration is bad
+(unknown key, wrong type, unwritable data directory, port in use). SIGTERM and SIGINT stop
+the broker gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from broker.config import BrokerConfig, ConfigError, load_config
+
+log = logging.getLogger("broker")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="semel", description="semel: a Kafka-protocol broker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the broker")
+    serve.add_argument("--config", metavar="FILE", help="server.properties file")
+    serve.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                       dest="overrides", help="override one property (repeatable)")
+    serve.add_argument("--port", type=int, help="listener port (0 = ephemeral)")
+    serve.add_argument("--host", help="listener host")
+    serve.add_argument("--data-dir", metavar="DIR", help="data directory (log.dirs)")
+    serve.add_argument("--log-level", default=os.environ.get("SEMEL_LOG_LEVEL", "INFO"))
+    return parser
+
+
+def _check_data_dir(path: str) -> None:
+    d = Path(path)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"log.dirs: cannot create {path!r}: {e.strerror}") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise ConfigError(f"log.dirs: {path!r} is not writable")
+
+
+async def _serve(config: BrokerConfig) -> int:
+    from broker.server import Broker  # noqa: PLC0415 - keep `semel --help` light
+
+    broker = Broker(config)
+    try:
+        await broker.start()
+    except OSError as e:
+        print(f"semel: {e.strerror or e}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"semel ready on {broker.address} (advertised {broker.advertised_host}:"
+          f"{broker.advertised_port}, data {config.log_dirs}, flush {config.log_flush_mode})",
+          flush=True)
+    await stop.wait()
+    log.info("shutting down")
+    await broker.stop()
+    log.info("stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config, args.overrides, host=args.host, port=args.port,
+                             data_dir=args.data_dir)
+        _check_data_dir(config.log_dirs)
+    except ConfigError as e:
+        print(f"semel: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - uvloop is a dependency; stay usable without it
+        return asyncio.run(_serve(config))
+    return uvloop.run(_serve(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Dispatch: one request frame in, one response frame (or none) out.
+
+Looks the API up in the handler table, checks the version against ``protocol.api``,
+parses the header and body with the generated codecs, runs the handler and encodes its
+response. A ``KafkaError`` escaping a handler becomes the handler's ``error_response``; an
+unknown API key, an unsupported version (other than ApiVersions, which answers
+UNSUPPORTED_VERSION in a v0 response as KIP-511 requires) or a body that does not parse
+ends the connection, as Apache Kafka does.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from typing import TYPE_CHECKING
+
+from broker.context import RequestContext
+from broker.handlers import HANDLERS
+from protocol import api
+from protocol.errors import Error, KafkaError, ProtocolError
+from protocol.frame import encode_response_header, parse_request_header, peek_api_key_version
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+log = logging.getLogger("broker.dispatch")
+API_VERSIONS = 18
+_SIZE = struct.Struct(">i")
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered; the connection is closed (Kafka does the same)."""
+
+
+def advertised_versions() -> dict[int, tuple[int, int]]:
+    """The API table the broker advertises: codecs we have and handlers we run."""
+    return {k: v for k, v in api.SUPPORTED.items() if k in HANDLERS}
+
+
+class Dispatcher:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.supported = advertised_versions()
+        self.metrics = broker.metrics
+
+    async def dispatch(self, frame: memoryview, client_host: str) -> bytearray | None:
+        """The whole response frame (size prefix included), or None when none is sent."""
+        api_key, version, correlation_id = peek_api_key_version(frame)
+        handler = HANDLERS.get(api_key)
+        if handler is None:
+            raise CloseConnection(f"unknown api key {api_key}")
+        lo, hi = self.supported[api_key]
+        if not lo <= version <= hi:
+            if api_key == API_VERSIONS:
+                return self._unsupported_api_versions(correlation_id)
+            raise CloseConnection(f"unsupported version {version} of api {api_key}")
+        started = time.perf_counter()
+        try:
+            header, pos = parse_request_header(frame, api.request_header_version(api_key, version))
+            request_codec = api.codec(api_key, "request")
+            request, _ = request_codec.decode(version, frame, pos)
+        except ProtocolError as e:
+            raise CloseConnection(f"malformed {api.BY_KEY[api_key].name} v{version}: {e}") from None
+        ctx = RequestContext(header, self.broker, client_host)
+        try:
+            response = await handler.handle(ctx, request)
+        except KafkaError as e:
+            log.debug("%s failed: %s", api.BY_KEY[api_key].name, e)
+            response = handler.error_response(request, e.code)
+        if response is None:  # acks=0 produce
+            return None
+        out = bytearray(4)  # size, filled in below
+        out += encode_response_header(correlation_id, api.response_header_version(api_key, version))
+        api.codec(api_key, "response").encode(version, response, out)
+        _SIZE.pack_into(out, 0, len(out) - 4)
+        if self.metrics is not None:
+            self.metrics.observe_request(api_key, time.perf_counter() - started)
+        return out
+
+    def _unsupported_api_versions(self, correlation_id: int) -> bytes:
+        from broker.handlers import api_versions  # noqa: PLC0415
+
+        response = api_versions.build_response(Error.UNSUPPORTED_VERSION, self.supported, 0)
+        out = bytearray(4)
+        out += encode_response_header(correlation_id, 0)
+        api.codec(API_VERSIONS, "response").encode(0, response, out)
+        _SIZE.pack_into(out, 0, len(out) - 4)
+        return out

@@ -1,0 +1,138 @@
+"""The broker: storage, listener, connections, background tasks; start and graceful stop.
+
+``Broker(config)`` is usable in-process (``await broker.start()`` / ``await broker.stop()``,
+or ``async with``); the CLI wraps it. Stop is graceful: stop accepting, let requests in
+flight finish (bounded), close connections, flush and close the logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.config import BrokerConfig
+from broker.connection import Connection
+from broker.dispatch import Dispatcher
+from broker.fetch_wait import FetchWaiters
+from broker.metrics import BrokerMetrics
+from storage.config import LogConfig
+from storage.log_manager import LogManager
+
+log = logging.getLogger("broker.server")
+
+# broker property -> topic-level default it sets (Kafka's "log." prefix mapping)
+TOPIC_DEFAULTS_FROM_BROKER = {
+    "segment.bytes": "log_segment_bytes",
+    "segment.ms": "log_roll_ms",
+    "retention.ms": "log_retention_ms",
+    "retention.bytes": "log_retention_bytes",
+    "index.interval.bytes": "log_index_interval_bytes",
+    "segment.index.bytes": "log_index_size_max_bytes",
+    "max.message.bytes": "message_max_bytes",
+    "message.timestamp.type": "log_message_timestamp_type",
+}
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], int] = wall_clock_ms,
+                 monotonic: Callable[[], int] = monotonic_ms, fs=None) -> None:
+        self.config = config
+        self.clock = clock
+        self.monotonic_ms = monotonic
+        self.metrics = BrokerMetrics()
+        self.metrics_port: int | None = None
+        self.connections: set[Connection] = set()
+        overrides = {topic_key: str(getattr(config, attr))
+                     for topic_key, attr in TOPIC_DEFAULTS_FROM_BROKER.items()}
+        self.default_log_config = LogConfig.from_overrides(LogConfig(), overrides)
+        self.log_manager = LogManager(
+            Path(config.log_dirs), default_config=self.default_log_config,
+            flush_mode=config.log_flush_mode, fs=fs, clock=clock,
+            retention_check_interval_ms=config.log_retention_check_interval_ms)
+        self.fetch_waiters = FetchWaiters()
+        self.log_manager.on_high_watermark = self.fetch_waiters.notify
+        self.dispatcher = Dispatcher(self)
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: list[asyncio.Task] = []
+        self.host = ""
+        self.port = 0
+        self.advertised_host = ""
+        self.advertised_port = 0
+
+    @property
+    def cluster_id(self) -> str:
+        return self.log_manager.cluster_id
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    async def start(self) -> None:
+        await self.log_manager.start()
+        listener = self.config.listener
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: Connection(self), listener.host or None, listener.port,
+                reuse_address=True, backlog=1024)
+        except OSError as e:
+            await self.log_manager.close()
+            raise OSError(e.errno, f"cannot listen on {listener.host}:{listener.port}: "
+                                   f"{e.strerror}") from None
+        sock = self._server.sockets[0]
+        self.host, self.port = sock.getsockname()[:2]
+        adv = self.config.advertised_listener(self.port)
+        self.advertised_host, self.advertised_port = adv.host or self.host, adv.port
+        self._tasks.append(loop.create_task(self._close_idle_connections()))
+        endpoint = self.config.metrics_listener
+        if endpoint is not None:
+            self.metrics_port = self.metrics.serve(endpoint.host, endpoint.port)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        in_flight = [t for c in self.connections for t in c.tasks]
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=grace_s)
+        for conn in list(self.connections):
+            conn.close()
+        self.fetch_waiters.wake_all()
+        self.metrics.close()
+        await self.log_manager.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    async def _close_idle_connections(self) -> None:
+        idle_ms = self.config.connections_max_idle_ms
+        while True:
+            await asyncio.sleep(min(idle_ms / 1000 / 4, 10.0))
+            now = self.monotonic_ms()
+            for conn in list(self.connections):
+                if conn.idle and now - conn.last_active > idle_ms:
+                    log.info("closing idle connection %s", conn.peer)
+                    conn.close()
