@@ -23,6 +23,8 @@ import struct
 from dataclasses import dataclass
 
 from protocol.errors import ProtocolError
+from protocol.primitives import read_uvarint as read_unsigned_varint
+from protocol.primitives import skip_tagged_fields
 
 __all__ = [
     "FrameDecoder",
@@ -170,39 +172,6 @@ def parse_request_header(
     if header_version >= 2:
         pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
-
-
-def read_unsigned_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Unsigned varint (at most 5 bytes, 32 bits) at pos -> (value, next pos)."""
-    value = 0
-    shift = 0
-    end = len(buf)
-    while True:
-        if pos >= end:
-            raise ProtocolError("unsigned varint runs past the end of the frame")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value & 0xFFFFFFFF, pos
-        shift += 7
-        if shift > 28:
-            raise ProtocolError("unsigned varint longer than 5 bytes")
-
-
-def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
-    """Skip a tagged-field section at pos; returns the position after it."""
-    count, pos = read_unsigned_varint(buf, pos)
-    end = len(buf)
-    if count > end - pos:  # every field takes at least 2 bytes
-        raise ProtocolError(f"{count} tagged fields cannot fit in {end - pos} bytes")
-    for _ in range(count):
-        _, pos = read_unsigned_varint(buf, pos)
-        size, pos = read_unsigned_varint(buf, pos)
-        if size > end - pos:
-            raise ProtocolError(f"tagged field of {size} bytes runs past the end of the frame")
-        pos += size
-    return pos
 
 
 def encode_request_header(

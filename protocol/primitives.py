@@ -274,15 +274,18 @@ def read_compact_array_len(buf: memoryview, pos: int, nullable: bool) -> tuple[i
 
 def read_tagged_header(buf: memoryview, pos: int) -> tuple[int, int, int]:
     """One tagged field's (tag, end position, start position)."""
-    tag, pos = read_uvarint(buf, pos)
-    size, pos = read_uvarint(buf, pos)
+    tag, pos = _read_uvarint_long(buf, pos)
+    size, pos = _read_uvarint_long(buf, pos)
     return tag, _take(buf, pos, size), pos
 
 
 def skip_tagged_fields(buf: memoryview, pos: int) -> int:
-    if buf[pos] == 0:  # almost always: no tagged fields
+    """Skip a tagged-field section (count, then tag/size/bytes per field)."""
+    if pos < len(buf) and buf[pos] == 0:  # almost always: no tagged fields
         return pos + 1
-    n, pos = read_uvarint(buf, pos)
+    n, pos = _read_uvarint_long(buf, pos)
+    if n > len(buf) - pos:  # every field takes at least 2 bytes
+        raise ProtocolError(f"{n} tagged fields cannot fit in {len(buf) - pos} bytes")
     for _ in range(n):
         _tag, end, pos = read_tagged_header(buf, pos)
         pos = end

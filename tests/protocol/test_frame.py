@@ -191,9 +191,9 @@ def test_multi_byte_varint_tagged_field():
         (struct.pack(">hhi", 18, 3, 1), "before the client id length"),
         (struct.pack(">hhih", 18, 3, 1, 10) + b"abc", "client id of 10 bytes"),
         (struct.pack(">hhih", 18, 3, 1, -2), "invalid client id length -2"),
-        (struct.pack(">hhih", 18, 3, 1, -1), "unsigned varint runs past the end"),
-        (struct.pack(">hhih", 18, 3, 1, -1) + b"\x01\x00\x05ab", "tagged field of 5 bytes"),
-        (struct.pack(">hhih", 18, 3, 1, -1) + b"\x80\x80\x80\x80\x80\x01", "longer than 5 bytes"),
+        (struct.pack(">hhih", 18, 3, 1, -1), "truncated varint"),
+        (struct.pack(">hhih", 18, 3, 1, -1) + b"\x01\x00\x05ab", "length 5 exceeds the 2 remaining bytes"),
+        (struct.pack(">hhih", 18, 3, 1, -1) + b"\x80\x80\x80\x80\x80\x01", "varint longer than 5 bytes"),
         (struct.pack(">hhih", 18, 3, 1, -1) + b"\x7f", "127 tagged fields cannot fit"),
     ],
 )
