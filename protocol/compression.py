@@ -93,6 +93,10 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, max_output: int
     raise ProtocolError(f"unknown compression codec {codec}")
 
 
+# cramjam's message when decompress_into ran out of output space (any other error: corrupt)
+_OUTPUT_FULL = "failed to write whole buffer"
+
+
 def _bounded(name: str, codec, data, hint: int | None, max_output: int) -> bytes:
     """decompress_into a buffer of a guessed size, growing it up to max_output.
 
@@ -110,10 +114,10 @@ def _bounded(name: str, codec, data, hint: int | None, max_output: int) -> bytes
         try:
             n = codec.decompress_into(data, out)
         except cramjam.DecompressionError as e:
+            if _OUTPUT_FULL not in str(e):  # corrupt input: growing the buffer cannot help
+                raise ProtocolError(f"{name}: corrupt data ({e})") from None
             if size >= max_output:
-                raise ProtocolError(
-                    f"{name}: corrupt data or output larger than {max_output} bytes ({e})"
-                ) from None
+                raise ProtocolError(f"{name}: output larger than {max_output} bytes") from None
             size = min(max_output, max(size * _GROWTH, _FIRST_GUESS_MIN))
             continue
         except (ValueError, TypeError, OverflowError) as e:

@@ -202,3 +202,17 @@ def test_java_reads_our_batches(tmp_path):
         h = validate_batches(batch)[0]
         expected += describe([(h, list(iter_records(batch, h)))])
     assert java_read(paths) == expected
+
+
+def test_corrupt_input_fails_fast_without_growing_to_the_cap() -> None:
+    """A small corrupt payload must not be retried into ever larger buffers (cheap DoS)."""
+    import cramjam
+
+    from protocol.compression import CompressionType, decompress
+    from protocol.errors import ProtocolError
+
+    for codec, mod in ((CompressionType.GZIP, cramjam.gzip), (CompressionType.LZ4, cramjam.lz4)):
+        data = bytearray(bytes(mod.compress(bytes(range(256)) * 400)))
+        data[len(data) // 2] ^= 0xFF
+        with pytest.raises(ProtocolError, match="corrupt"):
+            decompress(codec, bytes(data), max_output=1 << 40)
