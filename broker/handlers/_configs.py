@@ -1,0 +1,276 @@
+"""Config resources as the config APIs show them: entries with value, source and synonyms.
+
+Shared by DescribeConfigs, CreateTopics (v5+ returns the new topic's configs) and the two
+AlterConfigs APIs. A topic config's value is the topic's override if it has one, else the
+broker-derived default (``Broker.default_log_config``). Its source, as Kafka reports it:
+DYNAMIC_TOPIC_CONFIG (1) for an override, STATIC_BROKER_CONFIG (4) when the broker property
+it falls back to (``log.segment.bytes`` for ``segment.bytes``) was set in the broker's
+configuration, else DEFAULT_CONFIG (5). Synonyms list the same chain, highest precedence
+first. Broker properties are all read-only here: semel changes none at run time.
+
+"Set in the broker's configuration" is judged by the value differing from the property's
+default (BrokerConfig does not record where a value came from).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from broker.config import PROPERTIES, BrokerConfig
+from protocol.errors import Error, KafkaError
+from storage.config import CONFIG_DEFS_BY_NAME, CONFIG_TYPE_IDS, TOPIC_CONFIG_DEFS, LogConfig
+from storage.log_manager import validate_topic_name
+
+
+class ResourceType(IntEnum):
+    """Kafka's ConfigResource.Type ids."""
+
+    UNKNOWN = 0
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+    GROUP = 32
+
+
+class ConfigSource(IntEnum):
+    """Kafka's DescribeConfigsResponse.ConfigSource ids."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+class AlterOp(IntEnum):
+    """IncrementalAlterConfigs operations (AlterConfigOp.OpType ids)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(slots=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    config_type: int
+    documentation: str
+    is_sensitive: bool = False
+    synonyms: list[Synonym] = field(default_factory=list)
+
+
+def resource_type_name(resource_type: int) -> str:
+    try:
+        return ResourceType(resource_type).name
+    except ValueError:
+        return str(resource_type)
+
+
+# ---------------------------------------------------------------------------------- topics
+
+
+def _broker_defaults() -> dict[str, str]:
+    defaults = BrokerConfig()
+    return {name: spec.format(getattr(defaults, name.replace(".", "_")))
+            for name, spec in PROPERTIES.items()}
+
+
+_BROKER_DEFAULTS = _broker_defaults()
+_TOPIC_DEFAULTS = LogConfig()
+_TOPIC_DEFS_BY_NAME = sorted(TOPIC_CONFIG_DEFS, key=lambda d: d.name)
+
+
+def effective_topic_config(default_config: LogConfig, overrides: Mapping[str, str]) -> LogConfig:
+    """The topic's resolved config; raises KafkaError(INVALID_CONFIG) on a bad override."""
+    return LogConfig.from_overrides(default_config, dict(overrides))
+
+
+def topic_config_entries(broker_config: BrokerConfig, default_config: LogConfig,
+                         overrides: Mapping[str, str]) -> list[ConfigEntry]:
+    """Every topic config of a topic with these overrides, in Kafka's name order."""
+    effective = effective_topic_config(default_config, overrides)
+    static = broker_config.as_properties()
+    entries = []
+    for definition in _TOPIC_DEFS_BY_NAME:
+        synonyms: list[Synonym] = []
+        value = effective.value_string(definition.name)
+        if definition.name in overrides:
+            synonyms.append(Synonym(definition.name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        server_name = definition.server_name
+        if server_name is not None:
+            if server_name in static and static[server_name] != _BROKER_DEFAULTS[server_name]:
+                synonyms.append(Synonym(server_name, static[server_name],
+                                        ConfigSource.STATIC_BROKER_CONFIG))
+            synonyms.append(Synonym(server_name, _TOPIC_DEFAULTS.value_string(definition.name),
+                                    ConfigSource.DEFAULT_CONFIG))
+        entries.append(ConfigEntry(
+            name=definition.name, value=value,
+            source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
+            read_only=False, config_type=CONFIG_TYPE_IDS[definition.type],
+            documentation=definition.doc, synonyms=synonyms))
+    return entries
+
+
+def is_list_config(name: str) -> bool:
+    definition = CONFIG_DEFS_BY_NAME.get(name)
+    return definition is not None and definition.type == "list"
+
+
+def apply_incremental(current: Mapping[str, str], default_config: LogConfig,
+                      ops: Iterable[tuple[str, int, str | None]]) -> dict[str, str]:
+    """The topic's new overrides after IncrementalAlterConfigs operations (name, op, value).
+
+    APPEND/SUBTRACT work on list configs only and start from the current effective value
+    (the override, or the default); raises KafkaError with Kafka's code and message.
+    """
+    result = dict(current)
+    for name, op, value in ops:
+        if op == AlterOp.SET:
+            result[name] = value
+        elif op == AlterOp.DELETE:
+            result.pop(name, None)
+        elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
+            if not is_list_config(name):
+                verb = AlterOp(op).name
+                raise KafkaError(Error.INVALID_CONFIG,
+                                 f"Can't {verb} to key {name} because its type is not LIST.")
+            if name in result:
+                items = [p for p in result[name].split(",") if p]
+            else:
+                items = list(default_config.get(name))
+            for part in (value or "").split(","):
+                if op == AlterOp.APPEND and part not in items:
+                    items.append(part)
+                elif op == AlterOp.SUBTRACT and part in items:
+                    items.remove(part)
+            result[name] = ",".join(items)
+        else:
+            raise KafkaError(Error.INVALID_REQUEST, f"Unknown operations type {op}")
+    return result
+
+
+# ---------------------------------------------------------------------------------- broker
+
+
+def _config_type(name: str, annotation: object) -> int:
+    kind = str(annotation)
+    if kind == "bool":
+        return CONFIG_TYPE_IDS["boolean"]
+    if kind == "int":
+        try:  # a property that accepts values past int32 is a LONG in Kafka's terms
+            PROPERTIES[name].parse(str(2**31))
+        except ValueError:
+            return CONFIG_TYPE_IDS["int"]
+        return CONFIG_TYPE_IDS["long"]
+    return CONFIG_TYPE_IDS["string"]
+
+
+_BROKER_TYPES = {f.name.replace("_", "."): _config_type(f.name.replace("_", "."), f.type)
+                 for f in dataclasses.fields(BrokerConfig)}
+
+
+def broker_config_entries(broker_config: BrokerConfig) -> list[ConfigEntry]:
+    """Every broker property with its current value; all read-only (no dynamic configs)."""
+    entries = []
+    for name, value in sorted(broker_config.as_properties().items()):
+        default = _BROKER_DEFAULTS[name]
+        synonyms = []
+        if value != default:
+            synonyms.append(Synonym(name, value, ConfigSource.STATIC_BROKER_CONFIG))
+        synonyms.append(Synonym(name, default, ConfigSource.DEFAULT_CONFIG))
+        entries.append(ConfigEntry(
+            name=name, value=value, source=synonyms[0].source, read_only=True,
+            config_type=_BROKER_TYPES[name], documentation=PROPERTIES[name].doc,
+            synonyms=synonyms))
+    return entries
+
+
+def check_broker_resource_name(name: str, node_id: int) -> None:
+    """A BROKER resource names this node, or is empty (cluster-wide defaults)."""
+    if not name:
+        return
+    try:
+        broker_id = int(name)
+    except ValueError:
+        raise KafkaError(Error.INVALID_REQUEST,
+                         f"Node id must be an integer, but it is: {name}") from None
+    if broker_id != node_id:
+        raise KafkaError(Error.INVALID_REQUEST,
+                         f"Unexpected broker id, expected {node_id}, but received {name}")
+
+
+def refuse_broker_changes(names: Iterable[str]) -> None:
+    """semel has no dynamic broker configs: any change is refused as Kafka refuses a
+    non-dynamic one (INVALID_REQUEST, KAFKA-13609)."""
+    names = sorted(set(names))
+    if names:
+        raise KafkaError(Error.INVALID_REQUEST,
+                         f"Cannot update these configs dynamically: {', '.join(names)} "
+                         "(semel has no dynamic broker configs; set them in "
+                         "server.properties and restart)")
+
+
+# ---------------------------------------------------------------------------------- altering
+
+
+def check_alter_entries(names: list[str], null_names: list[str]) -> None:
+    """Kafka's request-level checks on one resource's config list (INVALID_REQUEST)."""
+    if len(set(names)) != len(names):
+        raise KafkaError(Error.INVALID_REQUEST, "Error due to duplicate config keys")
+    if null_names:
+        raise KafkaError(Error.INVALID_REQUEST,
+                         f"Null value not supported for : {', '.join(null_names)}")
+
+
+def replace_topic_overrides(log_manager, name: str, overrides: dict[str, str],
+                            validate_only: bool) -> None:
+    """Make `overrides` the topic's whole override set, after Kafka's checks in Kafka's
+    order: resource name, config validity (INVALID_CONFIG), existence."""
+    if not name:
+        raise KafkaError(Error.INVALID_REQUEST, "Default topic resources are not allowed.")
+    validate_topic_name(name)
+    effective_topic_config(log_manager.default_config, overrides)
+    info = log_manager.topics.get(name)
+    if info is None:
+        raise KafkaError(Error.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+    removed = [key for key in info.configs if key not in overrides]
+    changed = {k: v for k, v in overrides.items() if info.configs.get(k) != v}
+    if changed or removed:
+        log_manager.alter_topic_configs(name, changed, removed, validate_only=validate_only)
+
+
+def check_resource_type(resource_type: int) -> ResourceType:
+    """The resource types semel alters: TOPIC and BROKER; others are INVALID_REQUEST."""
+    if resource_type in (ResourceType.TOPIC, ResourceType.BROKER):
+        return ResourceType(resource_type)
+    if resource_type in (ResourceType.BROKER_LOGGER, ResourceType.CLIENT_METRICS,
+                         ResourceType.GROUP):
+        raise KafkaError(Error.INVALID_REQUEST,
+                         f"Unsupported resource type: {resource_type_name(resource_type)}")
+    raise KafkaError(Error.INVALID_REQUEST, f"Unknown resource type {resource_type}")
+
+
+def duplicate_resources(resources) -> set[tuple[int, str]]:
+    seen: set[tuple[int, str]] = set()
+    duplicates: set[tuple[int, str]] = set()
+    for r in resources:
+        key = (r.resource_type, r.resource_name)
+        (duplicates if key in seen else seen).add(key)
+    return duplicates

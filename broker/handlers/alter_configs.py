@@ -1,0 +1,70 @@
+"""AlterConfigs (key 33), v0-2: the legacy API that replaces a resource's whole config set.
+
+TOPIC resources: the given configs become the topic's overrides; every override not given is
+removed. Checks in Kafka's order: a resource listed twice -> INVALID_REQUEST for each copy; a
+key listed twice or a null value -> INVALID_REQUEST; empty topic name -> INVALID_REQUEST,
+illegal name -> INVALID_TOPIC_EXCEPTION; unknown key or bad value -> INVALID_CONFIG with
+Kafka's message; unknown topic -> UNKNOWN_TOPIC_OR_PARTITION. BROKER resources (this node's
+id, or empty for cluster defaults): semel has no dynamic broker configs, so any key is refused
+as Kafka refuses a config it cannot change at run time: INVALID_REQUEST "Cannot update these
+configs dynamically" (an empty list succeeds). Other resource types -> INVALID_REQUEST.
+``validate_only`` checks and changes nothing. v2: flexible.
+"""
+
+from __future__ import annotations
+
+from broker.handlers._configs import (
+    ResourceType,
+    check_alter_entries,
+    check_broker_resource_name,
+    check_resource_type,
+    duplicate_resources,
+    refuse_broker_changes,
+    replace_topic_overrides,
+)
+from protocol.errors import Error, KafkaError
+from protocol.messages.alter_configs_request import AlterConfigsRequest, AlterConfigsResource
+from protocol.messages.alter_configs_response import (
+    AlterConfigsResourceResponse,
+    AlterConfigsResponse,
+)
+
+API_KEY = 33
+
+
+def _alter(ctx, resource: AlterConfigsResource, validate_only: bool) -> None:
+    check_alter_entries([c.name for c in resource.configs],
+                        [c.name for c in resource.configs if c.value is None])
+    kind = check_resource_type(resource.resource_type)
+    if kind == ResourceType.BROKER:
+        check_broker_resource_name(resource.resource_name, ctx.broker.node_id)
+        refuse_broker_changes(c.name for c in resource.configs)
+        return
+    replace_topic_overrides(ctx.log_manager, resource.resource_name,
+                            {c.name: c.value for c in resource.configs}, validate_only)
+
+
+async def handle(ctx, req: AlterConfigsRequest) -> AlterConfigsResponse:
+    duplicates = duplicate_resources(req.resources)
+    responses = []
+    for resource in req.resources:
+        code, message = Error.NONE, None
+        if (resource.resource_type, resource.resource_name) in duplicates:
+            code, message = Error.INVALID_REQUEST, "Each resource must appear at most once."
+        else:
+            try:
+                _alter(ctx, resource, req.validate_only)
+            except KafkaError as e:
+                code, message = e.code, e.message
+        responses.append(AlterConfigsResourceResponse(
+            error_code=code, error_message=message, resource_type=resource.resource_type,
+            resource_name=resource.resource_name))
+    return AlterConfigsResponse(responses=responses)
+
+
+def error_response(req: AlterConfigsRequest, code: Error) -> AlterConfigsResponse:
+    return AlterConfigsResponse(responses=[
+        AlterConfigsResourceResponse(error_code=code, error_message=None,
+                                     resource_type=r.resource_type,
+                                     resource_name=r.resource_name)
+        for r in req.resources])

@@ -1,0 +1,111 @@
+"""DeleteTopics (key 20), v1-6.
+
+Topics are named (v1-5 ``topic_names``, v6 ``topics[].name``) or, v6, given by id. With
+``delete.topic.enable=false`` every topic fails: INVALID_REQUEST before v3,
+TOPIC_DELETION_DISABLED from v3 (as Kafka). Per topic, in Kafka's order: neither or both of
+name and id given -> INVALID_REQUEST; a name or id given twice -> INVALID_REQUEST; unknown id
+-> UNKNOWN_TOPIC_ID; unknown name -> UNKNOWN_TOPIC_OR_PARTITION; a name that resolves to an
+id also given -> INVALID_REQUEST. Deviation: Kafka 4 lets the internal topics
+(``__consumer_offsets``, ``__transaction_state``) be deleted; semel refuses with
+INVALID_REQUEST because its coordinators live on them. Results keep the request's order
+(Kafka shuffles them). v5: error messages. v6: topic ids.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from broker.handlers.metadata import INTERNAL_TOPICS
+from protocol.errors import Error, KafkaError
+from protocol.messages.delete_topics_request import DeleteTopicsRequest
+from protocol.messages.delete_topics_response import DeletableTopicResult, DeleteTopicsResponse
+from protocol.primitives import ZERO_UUID
+
+API_KEY = 20
+
+
+def _requested(req: DeleteTopicsRequest) -> list[tuple[str | None, uuid.UUID]]:
+    if req.topics:
+        return [(t.name, t.topic_id) for t in req.topics]
+    return [(name, ZERO_UUID) for name in req.topic_names]
+
+
+def _result(name: str | None, topic_id: uuid.UUID, code: Error,
+            message: str | None = None) -> DeletableTopicResult:
+    return DeletableTopicResult(name=name, topic_id=topic_id, error_code=code,
+                                error_message=message)
+
+
+async def handle(ctx, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    requested = _requested(req)
+    if not ctx.config.delete_topic_enable:
+        code = Error.INVALID_REQUEST if ctx.api_version < 3 else Error.TOPIC_DELETION_DISABLED
+        return DeleteTopicsResponse(responses=[
+            _result(name, topic_id, code, "Topic deletion is disabled.")
+            for name, topic_id in requested])
+
+    logs = ctx.log_manager
+    name_count: dict[str, int] = {}
+    id_count: dict[uuid.UUID, int] = {}
+    for name, topic_id in requested:
+        if name is not None and topic_id == ZERO_UUID:
+            name_count[name] = name_count.get(name, 0) + 1
+        elif name is None and topic_id != ZERO_UUID:
+            id_count[topic_id] = id_count.get(topic_id, 0) + 1
+    # a topic named once and also given by id: both entries fail (Kafka answers the name)
+    named_ids = {info.topic_id for name, n in name_count.items()
+                 if n == 1 and (info := logs.topics.get(name)) is not None}
+    both_ways = named_ids & id_count.keys()
+
+    results: list[DeletableTopicResult] = []
+    targets: dict[uuid.UUID, int] = {}  # topic id -> index of its result
+    for name, topic_id in requested:
+        result = _check(logs, name, topic_id, name_count, id_count, both_ways)
+        if result.error_code == Error.NONE:
+            targets[result.topic_id] = len(results)
+        results.append(result)
+
+    for topic_id, index in targets.items():
+        name = results[index].name
+        try:
+            logs.delete_topic(name)
+        except KafkaError as e:
+            results[index] = _result(name, topic_id, e.code, e.message)
+    return DeleteTopicsResponse(responses=results)
+
+
+def _check(logs, name: str | None, topic_id: uuid.UUID, name_count: dict[str, int],
+           id_count: dict[uuid.UUID, int], both_ways: set[uuid.UUID]) -> DeletableTopicResult:
+    """The entry's result: an error, or NONE with the topic's name and id (to delete)."""
+    if name is None and topic_id == ZERO_UUID:
+        return _result(None, ZERO_UUID, Error.INVALID_REQUEST,
+                       "Neither topic name nor id were specified.")
+    if name is not None and topic_id != ZERO_UUID:
+        return _result(name, topic_id, Error.INVALID_REQUEST,
+                       "You may not specify both topic name and topic id.")
+    if name is None:
+        if id_count[topic_id] > 1 or topic_id in both_ways:
+            return _result(None, topic_id, Error.INVALID_REQUEST, "Duplicate topic id.")
+        info = logs.topic_by_id(topic_id)
+        if info is None:
+            return _result(None, topic_id, Error.UNKNOWN_TOPIC_ID,
+                           "This server does not host this topic ID.")
+    else:
+        if name_count[name] > 1:
+            return _result(name, ZERO_UUID, Error.INVALID_REQUEST, "Duplicate topic name.")
+        info = logs.topics.get(name)
+        if info is None:
+            return _result(name, ZERO_UUID, Error.UNKNOWN_TOPIC_OR_PARTITION,
+                           "This server does not host this topic-partition.")
+        if info.topic_id in both_ways:
+            return _result(name, info.topic_id, Error.INVALID_REQUEST,
+                           "The provided topic name maps to an ID that was already supplied.")
+    if info.name in INTERNAL_TOPICS:
+        return _result(info.name, info.topic_id, Error.INVALID_REQUEST,
+                       f"Topic {info.name} is an internal topic and cannot be deleted.")
+    return _result(info.name, info.topic_id, Error.NONE)
+
+
+def error_response(req: DeleteTopicsRequest, code: Error) -> DeleteTopicsResponse:
+    return DeleteTopicsResponse(responses=[_result(name, topic_id, code)
+                                           for name, topic_id in _requested(req)])

@@ -1,0 +1,60 @@
+"""DescribeCluster (key 60), v0-1.
+
+The cluster is this one broker: it is listed with its advertised address and named as the
+controller (Kafka's brokers report a live broker there, since clients cannot reach KRaft
+controllers). With ``include_cluster_authorized_operations`` every CLUSTER operation is
+reported as allowed (no authorizer). v1: ``endpoint_type``; only BROKER (1) is served, an
+unknown type answers UNSUPPORTED_ENDPOINT_TYPE and CONTROLLER (2) MISMATCHED_ENDPOINT_TYPE
+(INVALID_REQUEST for both in v0, as Kafka does).
+"""
+
+from __future__ import annotations
+
+from protocol.errors import Error
+from protocol.messages.describe_cluster_request import DescribeClusterRequest
+from protocol.messages.describe_cluster_response import (
+    DescribeClusterBroker,
+    DescribeClusterResponse,
+)
+
+API_KEY = 60
+ENDPOINT_BROKER = 1
+ENDPOINT_CONTROLLER = 2
+# AclOperation codes Kafka supports on the CLUSTER resource: CREATE, ALTER, DESCRIBE,
+# CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
+CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+def cluster_authorized_operations() -> int:
+    bits = 0
+    for op in CLUSTER_OPERATIONS:
+        bits |= 1 << op
+    return bits
+
+
+async def handle(ctx, req: DescribeClusterRequest) -> DescribeClusterResponse:
+    if req.endpoint_type not in (ENDPOINT_BROKER, ENDPOINT_CONTROLLER):
+        return DescribeClusterResponse(
+            error_code=Error.INVALID_REQUEST if ctx.api_version == 0
+            else Error.UNSUPPORTED_ENDPOINT_TYPE,
+            error_message=f"Unsupported endpoint type {req.endpoint_type}")
+    if req.endpoint_type != ENDPOINT_BROKER:
+        return DescribeClusterResponse(
+            error_code=Error.INVALID_REQUEST if ctx.api_version == 0
+            else Error.MISMATCHED_ENDPOINT_TYPE,
+            error_message="The request was sent to an endpoint of type BROKER, but we wanted "
+                          "an endpoint of type CONTROLLER")
+    broker = ctx.broker
+    return DescribeClusterResponse(
+        error_code=Error.NONE, endpoint_type=ENDPOINT_BROKER, cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=[DescribeClusterBroker(broker_id=broker.node_id, host=broker.advertised_host,
+                                       port=broker.advertised_port, rack=None)],
+        cluster_authorized_operations=(cluster_authorized_operations()
+                                       if req.include_cluster_authorized_operations
+                                       else AUTHORIZED_OPERATIONS_OMITTED))
+
+
+def error_response(req: DescribeClusterRequest, code: Error) -> DescribeClusterResponse:
+    return DescribeClusterResponse(error_code=code)

@@ -1,0 +1,96 @@
+"""DescribeConfigs (key 32), v1-4.
+
+TOPIC resources (type 2): every topic config with its effective value, config_source
+(DYNAMIC_TOPIC_CONFIG for an override, STATIC_BROKER_CONFIG when the broker property behind
+it was set, else DEFAULT_CONFIG), read_only false. An illegal name is
+INVALID_TOPIC_EXCEPTION, an unknown topic UNKNOWN_TOPIC_OR_PARTITION. BROKER resources
+(type 4) named by this node's id: every broker property, read-only (semel has no dynamic
+broker configs); an empty name means the cluster-wide dynamic defaults, of which there are
+none; another id or a non-number is INVALID_REQUEST. Other resource types are
+INVALID_REQUEST. ``configuration_keys`` (null or empty = all) filters by name; synonyms only
+with ``include_synonyms``. v3: ``config_type`` and, with ``include_documentation``, the
+documentation. v4: flexible.
+"""
+
+from __future__ import annotations
+
+from broker.handlers._configs import (
+    ConfigEntry,
+    ResourceType,
+    broker_config_entries,
+    check_broker_resource_name,
+    resource_type_name,
+    topic_config_entries,
+)
+from protocol.errors import Error, KafkaError
+from protocol.messages.describe_configs_request import (
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+)
+from protocol.messages.describe_configs_response import (
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeConfigsSynonym,
+)
+from storage.log_manager import validate_topic_name
+
+API_KEY = 32
+
+
+def _entries(ctx, resource: DescribeConfigsResource) -> list[ConfigEntry]:
+    if resource.resource_type == ResourceType.TOPIC:
+        validate_topic_name(resource.resource_name)
+        info = ctx.log_manager.topics.get(resource.resource_name)
+        if info is None:
+            raise KafkaError(Error.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"Topic {resource.resource_name} does not exist.")
+        return topic_config_entries(ctx.config, ctx.log_manager.default_config, info.configs)
+    if resource.resource_type == ResourceType.BROKER:
+        check_broker_resource_name(resource.resource_name, ctx.broker.node_id)
+        if not resource.resource_name:
+            return []  # no dynamic cluster-wide defaults exist
+        return broker_config_entries(ctx.config)
+    raise KafkaError(Error.INVALID_REQUEST, "Unsupported resource type: "
+                     f"{resource_type_name(resource.resource_type)}")
+
+
+def _result_entry(entry: ConfigEntry, req: DescribeConfigsRequest,
+                  version: int) -> DescribeConfigsResourceResult:
+    result = DescribeConfigsResourceResult(
+        name=entry.name, value=entry.value, read_only=entry.read_only,
+        config_source=entry.source, is_sensitive=entry.is_sensitive,
+        synonyms=[DescribeConfigsSynonym(s.name, s.value, s.source) for s in entry.synonyms]
+        if req.include_synonyms else [])
+    if version >= 3:
+        result.config_type = entry.config_type
+        result.documentation = entry.documentation if req.include_documentation else None
+    return result
+
+
+async def handle(ctx, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    results = []
+    for resource in req.resources:
+        result = DescribeConfigsResult(error_code=Error.NONE, error_message=None,
+                                       resource_type=resource.resource_type,
+                                       resource_name=resource.resource_name)
+        try:
+            entries = _entries(ctx, resource)
+        except KafkaError as e:
+            result.error_code, result.error_message = e.code, e.message
+            results.append(result)
+            continue
+        keys = resource.configuration_keys
+        if keys:
+            wanted = set(keys)
+            entries = [e for e in entries if e.name in wanted]
+        result.configs = [_result_entry(e, req, ctx.api_version) for e in entries]
+        results.append(result)
+    return DescribeConfigsResponse(results=results)
+
+
+def error_response(req: DescribeConfigsRequest, code: Error) -> DescribeConfigsResponse:
+    return DescribeConfigsResponse(results=[
+        DescribeConfigsResult(error_code=code, error_message=None,
+                              resource_type=r.resource_type, resource_name=r.resource_name)
+        for r in req.resources])
