@@ -1,0 +1,669 @@
+"""Log manager: every partition log of one data directory, topic metadata, background work.
+
+Files in `<data_dir>/`:
+  meta.properties               Kafka's KRaft format: version=1, node.id=0, cluster.id and
+                                directory.id (22-char base64url UUIDs, as Kafka prints them)
+  __semel_topics.json           topic metadata (msgspec JSON, written temp+fsync+rename+fsync
+                                dir): {"version": 1, "topics": [{"name", "topic_id",
+                                "num_partitions", "configs": {override: value}}]}
+  log-start-offset-checkpoint   Kafka's checkpoint format: "0\\n<count>\\n<topic> <p> <offset>"
+                                per line, for logs whose start is past their first segment
+  .kafka_cleanshutdown          present only between a clean close and the next start
+  .lock                         flock'd while a broker uses the directory
+  <topic>-<partition>/          one partition log (partition_log.py); a deleted topic's dirs
+                                are renamed `<dir>.<uuid hex>-delete` and removed off-loop
+
+Background tasks started by `start()`: the flusher (group commit: one fsync per dirty
+partition per round in an executor thread, then high watermarks advance, waiters resolve and
+`on_high_watermark(partition_log)` is called) and the retention check every
+`retention_check_interval_ms`. Topic operations are synchronous and run on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import msgspec
+
+from protocol.errors import Error, KafkaError
+from storage.config import LogConfig
+from storage.fs import RealFileSystem
+from storage.partition_log import PartitionLog, partition_dir_name
+from storage.recovery import open_partition_log
+from storage.topic_partition import TopicPartition
+
+log = logging.getLogger("storage.log_manager")
+
+TOPICS_FILE = "__semel_topics.json"
+META_PROPERTIES = "meta.properties"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+LOCK_FILE = ".lock"
+DELETE_DIR_SUFFIX = "-delete"
+FLUSH_MODES = ("fsync", "none")
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_DELETE_DIR = re.compile(r".*\.[0-9a-f]{32}-delete")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def kafka_uuid_string(value: uuid.UUID) -> str:
+    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, no padding (22 chars)."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+def random_kafka_uuid() -> uuid.UUID:
+    """A random UUID Kafka would hand out (not zero, not the metadata topic id, and not
+    printing with a leading '-')."""
+    while True:
+        value = uuid.uuid4()
+        if value.int > 1 and not kafka_uuid_string(value).startswith("-"):
+            return value
+
+
+class TopicInfo(msgspec.Struct):
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class _TopicsFile(msgspec.Struct):
+    version: int
+    topics: list[TopicInfo]
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate; raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
+    if not name:
+        reason = "Topic name is illegal, it can't be empty"
+    elif name in (".", ".."):
+        reason = 'Topic name cannot be "." or ".."'
+    elif len(name) > MAX_TOPIC_NAME_LENGTH:
+        reason = (
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters"
+        )
+    elif not _LEGAL_TOPIC.fullmatch(name):
+        reason = (
+            f'Topic name "{name}" is illegal, it contains a character other than '
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+    else:
+        return
+    raise KafkaError(Error.INVALID_TOPIC_EXCEPTION, reason)
+
+
+class LogManager:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        default_config: LogConfig,
+        flush_mode: str = "fsync",
+        fs: RealFileSystem | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+        retention_check_interval_ms: int = 300000,
+    ):
+        if flush_mode not in FLUSH_MODES:
+            raise ValueError(f"flush mode must be one of {FLUSH_MODES}, not {flush_mode!r}")
+        self.data_dir = Path(data_dir)
+        self.default_config = default_config
+        self.flush_mode = flush_mode
+        self.fs = fs if fs is not None else RealFileSystem()
+        self.clock = clock
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.cluster_id = ""
+        self.directory_id = ""
+        self.topics: dict[str, TopicInfo] = {}
+        self.on_high_watermark: Callable[[PartitionLog], None] | None = None
+        self._topic_configs: dict[str, LogConfig] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._dirty: dict[TopicPartition, PartitionLog] = {}
+        self._dirty_event: asyncio.Event | None = None
+        self._log_start_dirty = False
+        self._doomed_dirs: list[str] = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._flusher: asyncio.Task | None = None
+        self._retention: asyncio.Task | None = None
+        self._stopping = False
+        self._lock_fd: int | None = None
+        self.started = False
+
+    @property
+    def durable(self) -> bool:
+        return self.flush_mode == "fsync"
+
+    # -- start / close ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Lock the directory, load metadata, recover every partition, start the tasks."""
+        loop = asyncio.get_running_loop()
+        fs = self.fs
+        fs.mkdir(self.data_dir)
+        self._lock()
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="semel-storage")
+        self._load_meta_properties()
+        self._load_topics()
+        clean = fs.exists(self._path(CLEAN_SHUTDOWN_FILE))
+        log_starts = self._read_log_start_checkpoint()
+        if not clean and self.topics:
+            log.warning("no clean shutdown marker in %s: recovering logs", self.data_dir)
+        for name in fs.listdir(self.data_dir):
+            if _DELETE_DIR.fullmatch(name):
+                self._doomed_dirs.append(str(self._path(name)))
+        partitions = [
+            TopicPartition(info.name, p)
+            for info in self.topics.values()
+            for p in range(info.num_partitions)
+        ]
+        opened = await asyncio.gather(
+            *(
+                loop.run_in_executor(
+                    self._executor, self._open_log, tp, clean, log_starts.get(tp, 0)
+                )
+                for tp in partitions
+            )
+        )
+        for tp, plog in zip(partitions, opened, strict=True):
+            self._attach(tp, plog)
+        if clean:
+            fs.remove(self._path(CLEAN_SHUTDOWN_FILE))
+            fs.fsync_dir(self.data_dir)
+        self._dirty_event = asyncio.Event()
+        self._stopping = False
+        self._flusher = loop.create_task(self._flush_loop(), name="semel-log-flusher")
+        self._retention = loop.create_task(self._retention_loop(), name="semel-log-retention")
+        if self._doomed_dirs:
+            self._dirty_event.set()
+        self.started = True
+
+    async def close(self) -> None:
+        """Flush everything, close every log, write the clean-shutdown marker."""
+        if not self.started:
+            return
+        self.started = False
+        if self._retention is not None:
+            self._retention.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention
+        self._stopping = True
+        if self._flusher is not None:
+            self._dirty_event.set()
+            await self._flusher
+        clean = True
+        for plog in self._logs.values():
+            try:
+                plog.close()
+            except KafkaError as exc:
+                clean = False
+                log.error("closing %s failed: %s", plog.topic_partition, exc)
+        try:
+            self._write_log_start_checkpoint()
+            self._purge_now()
+            if clean:
+                self.fs.write_file_atomic(self._path(CLEAN_SHUTDOWN_FILE), b"")
+        except OSError as exc:
+            log.error("could not complete a clean shutdown of %s: %s", self.data_dir, exc)
+        self._logs.clear()
+        self._dirty.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._unlock()
+
+    async def abandon(self) -> None:
+        """Stop without flushing or writing anything, as a crash would (tests): background
+        tasks stop, files are closed unflushed, the directory lock is released."""
+        if not self.started:
+            return
+        self.started = False
+        tasks = [t for t in (self._retention, self._flusher) if t is not None]
+        for task in tasks:  # cancel both before yielding: no flush round may start
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for plog in self._logs.values():
+            plog.close(flush=False)
+        self._logs.clear()
+        self._dirty.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._unlock()
+
+    def _lock(self) -> None:
+        fd = os.open(self._path(LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise RuntimeError(
+                f"Failed to acquire lock on {self._path(LOCK_FILE)}: another broker is using "
+                f"{self.data_dir}"
+            ) from None
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
+
+    def _path(self, name: str) -> Path:
+        return self.data_dir / name
+
+    # -- meta.properties and topic metadata -------------------------------------------------
+
+    def _load_meta_properties(self) -> None:
+        path = self._path(META_PROPERTIES)
+        if self.fs.exists(path):
+            props = {}
+            for line in self.fs.read_file(path).decode("utf-8").splitlines():
+                line = line.strip()
+                if line and not line.startswith(("#", "!")) and "=" in line:
+                    key, _, value = line.partition("=")
+                    props[key.strip()] = value.strip()
+            if props.get("version") != "1" or not props.get("cluster.id"):
+                raise RuntimeError(f"{path}: not a version 1 meta.properties with a cluster.id")
+            self.cluster_id = props["cluster.id"]
+            self.directory_id = props.get("directory.id", "")
+            return
+        self.cluster_id = kafka_uuid_string(random_kafka_uuid())
+        self.directory_id = kafka_uuid_string(random_kafka_uuid())
+        stamp = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime())
+        text = (
+            f"#\n#{stamp}\nnode.id=0\nversion=1\ncluster.id={self.cluster_id}\n"
+            f"directory.id={self.directory_id}\n"
+        )
+        self.fs.write_file_atomic(path, text.encode("utf-8"))
+
+    def _load_topics(self) -> None:
+        path = self._path(TOPICS_FILE)
+        self.topics.clear()
+        self._by_id.clear()
+        self._topic_configs.clear()
+        if not self.fs.exists(path):
+            return
+        stored = msgspec.json.decode(self.fs.read_file(path), type=_TopicsFile)
+        for info in stored.topics:
+            self.topics[info.name] = info
+            self._by_id[info.topic_id] = info
+            self._topic_configs[info.name] = LogConfig.from_overrides(
+                self.default_config, info.configs
+            )
+
+    def _store_topics(self, topics: list[TopicInfo]) -> None:
+        data = msgspec.json.format(msgspec.json.encode(_TopicsFile(1, topics)))
+        self.fs.write_file_atomic(self._path(TOPICS_FILE), data)
+
+    def _read_log_start_checkpoint(self) -> dict[TopicPartition, int]:
+        path = self._path(LOG_START_OFFSET_CHECKPOINT)
+        if not self.fs.exists(path):
+            return {}
+        try:
+            lines = self.fs.read_file(path).decode("utf-8").splitlines()
+            if lines[0].strip() != "0":
+                raise ValueError(f"unknown version {lines[0]!r}")
+            count = int(lines[1])
+            result = {}
+            for line in lines[2 : 2 + count]:
+                topic, partition, offset = line.split()
+                result[TopicPartition(topic, int(partition))] = int(offset)
+            return result
+        except (ValueError, IndexError) as exc:
+            log.error("ignoring malformed %s: %s", path, exc)
+            return {}
+
+    def _write_log_start_checkpoint(self) -> None:
+        self._log_start_dirty = False
+        entries = [
+            f"{tp.topic} {tp.partition} {plog.log_start_offset}"
+            for tp, plog in self._logs.items()
+            if plog.log_start_offset > plog.segments[0].base_offset
+        ]
+        text = "0\n" + f"{len(entries)}\n" + "".join(e + "\n" for e in entries)
+        self.fs.write_file_atomic(self._path(LOG_START_OFFSET_CHECKPOINT), text.encode())
+
+    # -- partition logs ---------------------------------------------------------------------
+
+    def _open_log(self, tp: TopicPartition, clean: bool, log_start_offset: int) -> PartitionLog:
+        return open_partition_log(
+            self.fs,
+            str(self._path(partition_dir_name(tp))),
+            tp,
+            self._topic_configs[tp.topic],
+            clock=self.clock,
+            clean_shutdown=clean,
+            log_start_offset=log_start_offset,
+            durable=self.durable,
+        )
+
+    def _attach(self, tp: TopicPartition, plog: PartitionLog) -> None:
+        plog.dirty_listener = self._on_dirty
+        plog.high_watermark_listener = self._on_high_watermark
+        plog.log_start_offset_listener = self._on_log_start_offset
+        self._logs[tp] = plog
+
+    def _on_dirty(self, plog: PartitionLog) -> None:
+        self._dirty[plog.topic_partition] = plog
+        if self._dirty_event is not None:
+            self._dirty_event.set()
+
+    def _on_high_watermark(self, plog: PartitionLog) -> None:
+        listener = self.on_high_watermark
+        if listener is not None:
+            try:
+                listener(plog)
+            except Exception:
+                log.exception("high watermark listener failed for %s", plog.topic_partition)
+
+    def _on_log_start_offset(self, plog: PartitionLog) -> None:
+        self._log_start_dirty = True
+        if self._dirty_event is not None:
+            self._dirty_event.set()
+
+    def get_partition(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get(TopicPartition(topic, partition))
+
+    @property
+    def logs(self) -> dict[TopicPartition, PartitionLog]:
+        return dict(self._logs)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def topic_config(self, name: str) -> LogConfig:
+        """The resolved config of topic `name` (defaults + its overrides)."""
+        config = self._topic_configs.get(name)
+        if config is None:
+            raise KafkaError(Error.UNKNOWN_TOPIC_OR_PARTITION, f"Unknown topic {name}")
+        return config
+
+    # -- topic operations -------------------------------------------------------------------
+
+    def _require_started(self) -> None:
+        if not self.started:
+            raise KafkaError(Error.KAFKA_STORAGE_ERROR, "the log manager is not running")
+
+    def validate_new_topic(
+        self, name: str, num_partitions: int, configs: dict[str, str]
+    ) -> LogConfig:
+        """Every check create_topic makes, without creating (CreateTopics validateOnly)."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise KafkaError(Error.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        unified = name.replace(".", "_")
+        for existing in self.topics:
+            if existing.replace(".", "_") == unified:
+                raise KafkaError(
+                    Error.INVALID_TOPIC_EXCEPTION,
+                    f"Topic '{name}' collides with existing topic: {existing}",
+                )
+        if num_partitions < 1:
+            raise KafkaError(
+                Error.INVALID_PARTITIONS,
+                "Number of partitions was set to an invalid non-positive value.",
+            )
+        return LogConfig.from_overrides(self.default_config, configs)
+
+    def create_topic(
+        self, name: str, num_partitions: int, configs: dict[str, str] | None = None
+    ) -> TopicInfo:
+        """Create a topic with `num_partitions` empty partitions and config overrides."""
+        self._require_started()
+        configs = dict(configs or {})
+        config = self.validate_new_topic(name, num_partitions, configs)
+        topic_id = random_kafka_uuid()
+        while topic_id in self._by_id:
+            topic_id = random_kafka_uuid()
+        info = TopicInfo(name, topic_id, num_partitions, configs)
+        self._topic_configs[name] = config
+        created: list[tuple[TopicPartition, PartitionLog]] = []
+        try:
+            for p in range(num_partitions):
+                tp = TopicPartition(name, p)
+                created.append((tp, self._create_log(tp)))
+            self._store_topics([*self.topics.values(), info])
+        except OSError as exc:
+            self._topic_configs.pop(name, None)
+            for tp, plog in created:
+                plog.close(flush=False)
+                self._doom_dir(plog.dir)
+            raise KafkaError(Error.KAFKA_STORAGE_ERROR, f"creating {name} failed: {exc}") from exc
+        self.topics[name] = info
+        self._by_id[topic_id] = info
+        for tp, plog in created:
+            self._attach(tp, plog)
+        log.info(
+            "created topic %s (%s) with %d partition(s)",
+            name,
+            kafka_uuid_string(topic_id),
+            num_partitions,
+        )
+        return info
+
+    def _create_log(self, tp: TopicPartition) -> PartitionLog:
+        directory = str(self._path(partition_dir_name(tp)))
+        if self.fs.exists(directory):  # a stale directory must not resurface as data
+            log.warning("moving aside stale directory %s", directory)
+            self._doom_dir(directory)
+        plog = open_partition_log(
+            self.fs,
+            directory,
+            tp,
+            self._topic_configs[tp.topic],
+            clock=self.clock,
+            clean_shutdown=True,
+            durable=self.durable,
+        )
+        self.fs.fsync_dir(self.data_dir)
+        return plog
+
+    def _doom_dir(self, directory: str) -> None:
+        doomed = f"{directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        try:
+            self.fs.rename(directory, doomed)
+        except OSError as exc:
+            log.error("could not rename %s for deletion: %s", directory, exc)
+            return
+        self._doomed_dirs.append(doomed)
+        if self._dirty_event is not None:
+            self._dirty_event.set()
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic: metadata first, then its directories are renamed
+        `<dir>.<uuid>-delete` and removed in the background."""
+        self._require_started()
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(Error.UNKNOWN_TOPIC_OR_PARTITION, f"Unknown topic {name}")
+        try:
+            self._store_topics([t for t in self.topics.values() if t.name != name])
+        except OSError as exc:
+            raise KafkaError(Error.KAFKA_STORAGE_ERROR, f"deleting {name} failed: {exc}") from exc
+        del self.topics[name]
+        self._by_id.pop(info.topic_id, None)
+        self._topic_configs.pop(name, None)
+        for p in range(info.num_partitions):
+            tp = TopicPartition(name, p)
+            plog = self._logs.pop(tp, None)
+            self._dirty.pop(tp, None)
+            if plog is not None:
+                plog.close(flush=False)
+                self._doom_dir(plog.dir)
+        with contextlib.suppress(OSError):
+            self.fs.fsync_dir(self.data_dir)
+        log.info("deleted topic %s", name)
+
+    def create_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow topic `name` to `total` partitions (CreatePartitions)."""
+        self._require_started()
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(Error.UNKNOWN_TOPIC_OR_PARTITION, f"Unknown topic {name}")
+        if total == info.num_partitions:
+            raise KafkaError(
+                Error.INVALID_PARTITIONS, f"Topic already has {info.num_partitions} partitions."
+            )
+        if total < info.num_partitions:
+            raise KafkaError(
+                Error.INVALID_PARTITIONS,
+                f"Topic currently has {info.num_partitions} partitions, which is higher than "
+                f"the requested {total}.",
+            )
+        created: list[tuple[TopicPartition, PartitionLog]] = []
+        grown = TopicInfo(info.name, info.topic_id, total, dict(info.configs))
+        try:
+            for p in range(info.num_partitions, total):
+                tp = TopicPartition(name, p)
+                created.append((tp, self._create_log(tp)))
+            self._store_topics([grown if t.name == name else t for t in self.topics.values()])
+        except OSError as exc:
+            for tp, plog in created:
+                plog.close(flush=False)
+                self._doom_dir(plog.dir)
+            raise KafkaError(
+                Error.KAFKA_STORAGE_ERROR, f"adding partitions to {name} failed: {exc}"
+            ) from exc
+        info.num_partitions = total
+        for tp, plog in created:
+            self._attach(tp, plog)
+        return info
+
+    def alter_topic_configs(
+        self,
+        name: str,
+        set_configs: dict[str, str] | None = None,
+        delete_configs: list[str] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """Set and remove config overrides of topic `name` (IncrementalAlterConfigs)."""
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(Error.UNKNOWN_TOPIC_OR_PARTITION, f"Unknown topic {name}")
+        configs = dict(info.configs)
+        configs.update(set_configs or {})
+        for key in delete_configs or ():
+            configs.pop(key, None)
+        config = LogConfig.from_overrides(self.default_config, configs)
+        if validate_only:
+            return info
+        self._require_started()
+        updated = TopicInfo(info.name, info.topic_id, info.num_partitions, configs)
+        try:
+            self._store_topics([updated if t.name == name else t for t in self.topics.values()])
+        except OSError as exc:
+            raise KafkaError(Error.KAFKA_STORAGE_ERROR, f"altering {name} failed: {exc}") from exc
+        info.configs = configs
+        self._topic_configs[name] = config
+        for p in range(info.num_partitions):
+            plog = self._logs.get(TopicPartition(name, p))
+            if plog is not None:
+                plog.update_config(config)
+        return info
+
+    # -- background work --------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        event = self._dirty_event
+        while True:
+            await event.wait()
+            event.clear()
+            try:
+                await self._flush_round()
+            except Exception:
+                log.exception("flush round failed")
+            if self._stopping and not self._dirty:
+                return
+
+    async def _flush_round(self) -> None:
+        """One group commit: fsync every dirty partition once, in parallel, off the loop."""
+        loop = asyncio.get_running_loop()
+        dirty = list(self._dirty.values())
+        self._dirty.clear()
+        jobs = [(plog, job) for plog in dirty if (job := plog.begin_flush()) is not None]
+        if jobs:
+            results = await asyncio.gather(
+                *(loop.run_in_executor(self._executor, plog.run_flush, job) for plog, job in jobs),
+                return_exceptions=True,
+            )
+            for (plog, job), result in zip(jobs, results, strict=True):
+                plog.complete_flush(job, result if isinstance(result, BaseException) else None)
+        if self._log_start_dirty:
+            try:
+                await loop.run_in_executor(self._executor, self._write_log_start_checkpoint)
+            except OSError as exc:
+                log.error("writing %s failed: %s", LOG_START_OFFSET_CHECKPOINT, exc)
+        await self.purge_deleted()
+
+    async def purge_deleted(self) -> None:
+        """Remove deleted segment files and doomed directories, off the loop."""
+        files = [f for plog in self._logs.values() for f in plog.take_deleted_files()]
+        dirs, self._doomed_dirs = self._doomed_dirs, []
+        if files or dirs:
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._remove_paths, files, dirs
+            )
+
+    def _purge_now(self) -> None:
+        files = [f for plog in self._logs.values() for f in plog.take_deleted_files()]
+        dirs, self._doomed_dirs = self._doomed_dirs, []
+        self._remove_paths(files, dirs)
+
+    def _remove_paths(self, files: list[str], dirs: list[str]) -> None:
+        for path in files:
+            try:
+                self.fs.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.error("could not remove %s: %s", path, exc)
+        for path in dirs:
+            try:
+                self.fs.rmtree(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.error("could not remove %s: %s", path, exc)
+
+    async def run_retention(self) -> int:
+        """Apply retention to every partition now; returns the segments deleted."""
+        now = self.clock()
+        deleted = 0
+        for plog in list(self._logs.values()):
+            try:
+                deleted += plog.apply_retention(now)
+            except (KafkaError, OSError) as exc:
+                log.error("retention of %s failed: %s", plog.topic_partition, exc)
+        await self.purge_deleted()
+        return deleted
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retention_check_interval_ms / 1000)
+            try:
+                await self.run_retention()
+            except Exception:
+                log.exception("retention check failed")
+
+    async def flush_all(self) -> None:
+        """Run a group-commit round for every partition now (tests, shutdown paths)."""
+        for tp, plog in self._logs.items():
+            self._dirty[tp] = plog
+        await self._flush_round()

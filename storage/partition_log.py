@@ -1,0 +1,842 @@
+"""Partition log (Kafka's UnifiedLog for a single replica): offsets, high watermark, segments.
+
+On disk a partition is a directory `<topic>-<partition>/` of segments (segment.py) named by
+base offset; the log owns log_start_offset (first visible offset), log_end_offset (next
+offset to assign) and the high watermark (end of what consumers may read).
+
+Append runs Kafka's order, synchronously on the event loop:
+  validate batches -> assign offsets (rewrite baseOffset in place, stamp the leader epoch,
+  LogAppendTime) -> roll if needed -> [producer state hook] -> write to the active segment
+  -> update indexes -> mark dirty for the flusher.
+
+Durability (`durable=True`, flush mode "fsync"): appended bytes are only in the page cache
+until the log manager's flusher fsyncs the partition (group commit: one fsync covers every
+append made meanwhile); the high watermark is the end of fsynced data, so a consumer never
+sees a record a power loss could take back, and `wait_durable` resolves producers' acks.
+With `durable=False` (flush mode "none") the high watermark follows the log end offset.
+
+A failed write (OSError) leaves the log as it was and raises KafkaError(KAFKA_STORAGE_ERROR);
+a failed fsync truncates back to the high watermark and fails the waiters. If an undo fails,
+the partition goes offline for writes but keeps serving reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import random
+import struct
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from protocol.errors import Error, KafkaError
+from protocol.records import (
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
+    BatchHeader,
+    CorruptRecordError,
+    InvalidRecordError,
+    iter_records,
+    set_base_offset,
+    set_max_timestamp_and_type,
+    set_partition_leader_epoch,
+    validate_batches,
+)
+from storage.config import LOG_APPEND_TIME as LOG_APPEND_TIME_CONFIG
+from storage.config import LogConfig
+from storage.fs import RealFileSystem
+from storage.segment import AppendedBatch, LogSegment, SegmentRollbackError
+from storage.topic_partition import TopicPartition
+
+log = logging.getLogger("storage.partition_log")
+
+NO_TIMESTAMP = -1
+_INT32_MAX = 2**31 - 1
+_LENGTH = struct.Struct(">i")
+ORIGINS = ("client", "coordinator", "replication")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int  # first offset assigned (-1 for an empty append)
+    last_offset: int
+    log_append_time: int  # broker timestamp for LogAppendTime topics, else -1
+    log_start_offset: int
+
+    @property
+    def next_offset(self) -> int:
+        """What to pass to `wait_durable` to wait for this append."""
+        return self.last_offset + 1
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: bytes  # whole batches, possibly empty
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int  # equals the high watermark until transactions land
+
+
+@dataclass(slots=True)
+class FlushJob:
+    """One group-commit round for one partition (built on the loop, run in a thread)."""
+
+    target_offset: int  # log end offset when the round started
+    target_segment: LogSegment
+    target_position: int
+    segments: list[tuple[LogSegment, bool]]  # (segment, also fsync its indexes)
+    fsync_dir: bool
+    generation: int
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: str,
+        topic_partition: TopicPartition,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        fs: RealFileSystem,
+        clock: Callable[[], int],
+        durable: bool = True,
+        leader_epoch: int = 0,
+    ):
+        if not segments:
+            raise ValueError("a partition log needs at least one segment")
+        self.dir = directory
+        self.topic_partition = topic_partition
+        self.config = config
+        self.durable = durable
+        self.leader_epoch = leader_epoch
+        self._fs = fs
+        self._clock = clock
+        self._segments = segments
+        self._base_offsets = [s.base_offset for s in segments]
+        self._log_end_offset = segments[-1].next_offset
+        self.log_start_offset = max(log_start_offset, segments[0].base_offset)
+        # everything present at open is durable (recovery fsyncs what it scanned)
+        self.high_watermark = self._log_end_offset
+        self._hw_position: tuple[LogSegment, int] | None = (segments[-1], segments[-1].size)
+        self._unflushed: dict[int, tuple[LogSegment, bool]] = {}
+        self._dir_dirty = False
+        self._generation = 0  # bumped by every truncation
+        self._waiters: list[tuple[int, int, asyncio.Future]] = []
+        self._waiter_seq = itertools.count()
+        self.offline = False
+        self.closed = False
+        self.deleted_files: list[str] = []  # renamed *.deleted files awaiting removal
+        self.dirty_listener: Callable[[PartitionLog], None] | None = None
+        self.high_watermark_listener: Callable[[PartitionLog], None] | None = None
+        self.log_start_offset_listener: Callable[[PartitionLog], None] | None = None
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        # producer_state.py (next issue) lowers this to the first unstable offset
+        return self.high_watermark
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    def _storage_error(self, what: str, exc: BaseException) -> KafkaError:
+        return KafkaError(
+            Error.KAFKA_STORAGE_ERROR, f"{self.topic_partition}: {what} failed: {exc}"
+        )
+
+    def _check_writable(self) -> None:
+        if self.closed:
+            raise KafkaError(Error.NOT_LEADER_OR_FOLLOWER, f"{self.topic_partition} is closed")
+        if self.offline:
+            raise KafkaError(
+                Error.KAFKA_STORAGE_ERROR, f"{self.topic_partition} is offline for writes"
+            )
+
+    # -- append -----------------------------------------------------------------------------
+
+    def append(
+        self, records: bytes | bytearray | memoryview, *, origin: str = "client"
+    ) -> AppendResult:
+        """Append a concatenation of v2 batches; returns the offsets assigned.
+
+        Writable buffers (bytearray, writable memoryview) are rewritten in place
+        (baseOffset, partitionLeaderEpoch, LogAppendTime); immutable ones are copied once.
+        `origin` is "client" (Kafka's AppendOrigin.CLIENT: control batches refused) or
+        "coordinator" (transaction markers, internal topics).
+        """
+        self._check_writable()
+        if origin not in ORIGINS:
+            raise ValueError(f"unknown append origin {origin!r}")
+        buf: bytearray | memoryview
+        if isinstance(records, bytearray):
+            buf = records
+        elif isinstance(records, memoryview) and not records.readonly:
+            buf = records.cast("B") if records.format != "B" else records
+        else:
+            buf = bytearray(records)
+        config = self.config
+        if len(buf) > MAGIC_OFFSET and buf[MAGIC_OFFSET] in (0, 1):
+            # Kafka 4 refuses v0/v1 message sets from producers before looking further
+            raise KafkaError(
+                Error.INVALID_RECORD,
+                f"magic {buf[MAGIC_OFFSET]} not supported, only magic {MAGIC} record batches",
+            )
+        try:
+            headers = validate_batches(buf, from_client=origin == "client")
+        except CorruptRecordError as exc:
+            raise KafkaError(Error.CORRUPT_MESSAGE, exc.reason) from None
+        except InvalidRecordError as exc:
+            raise KafkaError(Error.INVALID_RECORD, exc.reason) from None
+        if not headers:
+            return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
+        total = 0
+        for header in headers:
+            if header.size > config.max_message_bytes:
+                raise KafkaError(
+                    Error.MESSAGE_TOO_LARGE,
+                    f"The record batch size in the append to {self.topic_partition} is "
+                    f"{header.size} bytes which exceeds the maximum configured value of "
+                    f"{config.max_message_bytes}.",
+                )
+            total += header.size
+        if total > config.segment_bytes:
+            raise KafkaError(
+                Error.RECORD_LIST_TOO_LARGE,
+                f"Message batch size is {total} bytes in append to partition "
+                f"{self.topic_partition} which exceeds the maximum configured segment size "
+                f"of {config.segment_bytes}.",
+            )
+        now = self._clock()
+        log_append_time = config.message_timestamp_type == LOG_APPEND_TIME_CONFIG
+        if not log_append_time and origin == "client":
+            self._validate_timestamps(headers, now)
+
+        # assign offsets: rewrite baseOffset (outside the CRC) batch by batch
+        first_offset = offset = self._log_end_offset
+        batches: list[AppendedBatch] = []
+        max_timestamp = NO_TIMESTAMP
+        for header in headers:
+            position = header.position
+            set_base_offset(buf, position, offset)
+            set_partition_leader_epoch(buf, position, self.leader_epoch)
+            batch_max = header.max_timestamp
+            if log_append_time:
+                set_max_timestamp_and_type(buf, position, now, LOG_APPEND_TIME)
+                batch_max = now
+            last = offset + header.last_offset_delta
+            batches.append(AppendedBatch(header.size, last, batch_max))
+            max_timestamp = max(max_timestamp, batch_max)
+            offset = last + 1
+        last_offset = offset - 1
+
+        self._maybe_roll(total, max_timestamp, last_offset, now)
+
+        # ---- producer state hook (storage/producer_state.py, next issue) -----------------
+        # Kafka's analyzeAndValidateProducerState goes here, after offset assignment and the
+        # roll, before the write: for each batch with a producer id, check epoch/sequence
+        # against the producer state manager (a duplicate of one of the last 5 batches
+        # returns the original offsets without writing), collect completed transactions from
+        # control batches. It stages updates (prepare); after the write below succeeds they
+        # are applied, the transaction index is updated and the first unstable offset moves.
+        # -----------------------------------------------------------------------------------
+
+        segment = self._segments[-1]
+        try:
+            segment.append(buf, batches)
+        except SegmentRollbackError as exc:
+            self.offline = True
+            log.error(
+                "%s: append failed and could not be undone; offline for writes: %s",
+                self.topic_partition,
+                exc,
+            )
+            raise self._storage_error("append", exc) from exc
+        except OSError as exc:
+            log.warning("%s: append failed, log unchanged: %s", self.topic_partition, exc)
+            raise self._storage_error("append", exc) from exc
+        self._log_end_offset = offset
+        if self.durable:
+            self._mark_unflushed(segment, False)
+        else:
+            self.high_watermark = offset
+            self._hw_position = (segment, segment.size)
+            self._notify_high_watermark()
+        return AppendResult(
+            first_offset,
+            last_offset,
+            now if log_append_time else NO_TIMESTAMP,
+            self.log_start_offset,
+        )
+
+    def _validate_timestamps(self, headers: list[BatchHeader], now: int) -> None:
+        """Kafka's CreateTime checks, per batch (first and largest timestamp)."""
+        before_max = self.config.message_timestamp_before_max_ms
+        after_max = self.config.message_timestamp_after_max_ms
+        for header in headers:
+            first, largest = header.base_timestamp, header.max_timestamp
+            if first != NO_TIMESTAMP and now - first > before_max:
+                raise KafkaError(
+                    Error.INVALID_TIMESTAMP,
+                    f"Timestamp {first} of message is out of range. The timestamp should be "
+                    f"within [{now - before_max}, {now + after_max}]",
+                )
+            if largest != NO_TIMESTAMP and largest - now > after_max:
+                raise KafkaError(
+                    Error.INVALID_TIMESTAMP,
+                    f"Timestamp {largest} of message is out of range. The timestamp should be "
+                    f"within [{now - before_max}, {now + after_max}]",
+                )
+
+    def _mark_unflushed(self, segment: LogSegment, with_indexes: bool, notify: bool = True) -> None:
+        key = segment.base_offset
+        previous = self._unflushed.get(key)
+        self._unflushed[key] = (segment, with_indexes or (previous is not None and previous[1]))
+        if notify and self.dirty_listener is not None:
+            self.dirty_listener(self)
+
+    # -- roll -------------------------------------------------------------------------------
+
+    def _should_roll(
+        self, segment: LogSegment, size: int, max_timestamp: int, last_offset: int, now: int
+    ) -> bool:
+        config = self.config
+        if segment.size == 0:
+            return False
+        if segment.size > config.segment_bytes - size:
+            return True
+        rolling = segment.rolling_based_timestamp
+        if rolling is not None and rolling >= 0:
+            waited = max_timestamp - rolling
+        else:
+            waited = now - segment.created_ms
+        if waited > config.segment_ms - segment.roll_jitter_ms:
+            return True
+        if segment.offset_index.is_full or segment.time_index.is_full:
+            return True
+        return last_offset - segment.base_offset > _INT32_MAX
+
+    def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int, now: int) -> None:
+        if self._should_roll(self._segments[-1], size, max_timestamp, last_offset, now):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active one is
+        empty). The old one gets its final time index entry and a last fsync."""
+        self._check_writable()
+        old = self._segments[-1]
+        if old.size == 0:
+            return old
+        try:
+            old.on_become_inactive()
+            new = self._new_segment(self._log_end_offset)
+        except OSError as exc:
+            raise self._storage_error("roll", exc) from exc
+        self._segments.append(new)
+        self._base_offsets.append(new.base_offset)
+        self._dir_dirty = True
+        # producer_state.py (next issue): Kafka takes a producer snapshot here
+        # (%020d.snapshot at the new base offset).
+        self._mark_unflushed(old, True)
+        log.info("%s: rolled new segment at offset %d", self.topic_partition, new.base_offset)
+        return new
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        config = self.config
+        jitter = 0
+        if config.segment_jitter_ms > 0:
+            jitter = random.randrange(min(config.segment_jitter_ms, config.segment_ms))
+        return LogSegment(
+            self._fs,
+            self.dir,
+            base_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+            created_ms=self._clock(),
+            roll_jitter_ms=jitter,
+            create=True,
+        )
+
+    # -- durability -------------------------------------------------------------------------
+
+    def begin_flush(self) -> FlushJob | None:
+        """Snapshot what the next fsync round must cover (on the loop); None if clean."""
+        if (not self._unflushed and not self._dir_dirty) or self.closed:
+            return None
+        segments = list(self._unflushed.values())
+        self._unflushed.clear()
+        for segment, _ in segments:
+            segment.pin()
+        active = self._segments[-1]
+        job = FlushJob(
+            self._log_end_offset,
+            active,
+            active.size,
+            segments,
+            self._dir_dirty,
+            self._generation,
+        )
+        self._dir_dirty = False
+        return job
+
+    def run_flush(self, job: FlushJob) -> None:
+        """fsync everything `job` covers; runs in an executor thread (fsync calls only)."""
+        for segment, with_indexes in job.segments:
+            segment.flush(with_indexes)
+        if job.fsync_dir:
+            self._fs.fsync_dir(self.dir)
+
+    def complete_flush(self, job: FlushJob, error: BaseException | None) -> bool:
+        """On the loop after `run_flush`: advance the high watermark and resolve waiters,
+        or handle the failure. Returns True if the high watermark moved."""
+        for segment, _ in job.segments:
+            segment.unpin()
+        if self.closed:
+            return False
+        if error is not None:
+            self._flush_failed(job, error)
+            return False
+        if not self.durable:
+            return False
+        target = min(job.target_offset, self._log_end_offset)
+        if target <= self.high_watermark:
+            return False
+        self.high_watermark = target
+        if job.generation == self._generation and target == job.target_offset:
+            self._hw_position = (job.target_segment, job.target_position)
+        else:
+            self._hw_position = None
+        self._resolve_waiters()
+        self._notify_high_watermark()
+        return True
+
+    def _flush_failed(self, job: FlushJob, error: BaseException) -> None:
+        log.error("%s: fsync failed: %s", self.topic_partition, error)
+        # the flushed segments' state is unknown: keep them for the next round, which the
+        # next append triggers (no immediate retry against a failing disk)
+        for segment, with_indexes in job.segments:
+            if segment in self._segments:
+                self._mark_unflushed(segment, with_indexes, notify=False)
+        self._dir_dirty = self._dir_dirty or job.fsync_dir
+        if not self.durable:
+            return
+        # after a failed fsync the kernel may have dropped the dirty pages: what lies past
+        # the high watermark is unknown, so take it back; producers were not acknowledged
+        exc = self._storage_error("fsync", error)
+        if self._log_end_offset > self.high_watermark:
+            try:
+                self.truncate_to(self.high_watermark)
+            except (OSError, KafkaError) as undo:
+                self.offline = True
+                log.error(
+                    "%s: truncation after failed fsync failed; offline for writes: %s",
+                    self.topic_partition,
+                    undo,
+                )
+        self._fail_waiters(exc)
+
+    def flush(self) -> None:
+        """Synchronous flush of everything written so far (close, tests, no log manager)."""
+        job = self.begin_flush()
+        if job is None:
+            return
+        try:
+            self.run_flush(job)
+        except OSError as exc:
+            self.complete_flush(job, exc)
+            raise self._storage_error("fsync", exc) from exc
+        self.complete_flush(job, None)
+
+    async def wait_durable(self, offset: int) -> None:
+        """Return once every record before `offset` is fsynced (high watermark >= offset);
+        pass `AppendResult.next_offset`. Immediate when not durable. Raises
+        KafkaError(KAFKA_STORAGE_ERROR) if the fsync covering it failed."""
+        if not self.durable or offset <= self.high_watermark:
+            return
+        if self.offline or self.closed:
+            raise KafkaError(
+                Error.KAFKA_STORAGE_ERROR, f"{self.topic_partition} cannot become durable"
+            )
+        fut = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (offset, next(self._waiter_seq), fut))
+        await fut
+
+    def _resolve_waiters(self) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= self.high_watermark:
+            _, _, fut = heapq.heappop(waiters)
+            if not fut.done():
+                fut.set_result(None)
+
+    def _fail_waiters(self, exc: KafkaError) -> None:
+        """Fail every waiter the high watermark does not cover."""
+        self._resolve_waiters()
+        waiters, self._waiters = self._waiters, []
+        for _, _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def _notify_high_watermark(self) -> None:
+        if self.high_watermark_listener is not None:
+            self.high_watermark_listener(self)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _segment_index(self, offset: int) -> int:
+        return max(bisect_right(self._base_offsets, offset) - 1, 0)
+
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        upper_bound: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """Whole batches from the one containing `fetch_offset`, from one segment, up to
+        `max_bytes` (at least one batch if `min_one_batch`), ending before `upper_bound`
+        (default: the high watermark). Raises KafkaError(OFFSET_OUT_OF_RANGE) outside
+        [log_start_offset, log_end_offset]."""
+        log_start, log_end, hw = self.log_start_offset, self._log_end_offset, self.high_watermark
+        if fetch_offset < log_start or fetch_offset > log_end:
+            raise KafkaError(
+                Error.OFFSET_OUT_OF_RANGE,
+                f"Received request for offset {fetch_offset} for partition "
+                f"{self.topic_partition}, but we only have log segments in the range "
+                f"{log_start} to {log_end}.",
+            )
+        bound = hw if upper_bound is None else min(upper_bound, log_end)
+        data = b""
+        if fetch_offset < bound:
+            try:
+                data = self._read_range(fetch_offset, bound, max_bytes, min_one_batch)
+            except OSError as exc:
+                raise self._storage_error("read", exc) from exc
+        return ReadResult(data, hw, log_start, log_end, self.last_stable_offset)
+
+    def _read_range(
+        self, fetch_offset: int, bound: int, max_bytes: int, min_one_batch: bool
+    ) -> bytes:
+        segments = self._segments
+        i = self._segment_index(fetch_offset)
+        while i < len(segments):
+            segment = segments[i]
+            found = segment.translate_offset(fetch_offset)
+            if found is None:
+                i += 1
+                continue
+            position, header = found
+            if header.base_offset >= bound:
+                return b""
+            end = self._bound_position(bound, i, position)
+            available = end - position
+            if available <= 0:
+                return b""
+            limit = max(max_bytes, header.size) if min_one_batch else max_bytes
+            if available <= limit:
+                return segment.read(position, available)
+            data = segment.read(position, limit)
+            cut = _whole_batches_end(data)
+            return data[:cut] if cut < len(data) else data
+        return b""
+
+    def _bound_position(self, bound: int, index: int, start: int) -> int:
+        """Byte position in segment `index` where reading must stop for `bound`."""
+        segments = self._segments
+        segment = segments[index]
+        if index + 1 < len(segments) and segments[index + 1].base_offset <= bound:
+            return segment.size
+        if bound == self._log_end_offset and index == len(segments) - 1:
+            return segment.size
+        cached = self._hw_position
+        if bound == self.high_watermark and cached is not None and cached[0] is segment:
+            return cached[1]
+        found = segment.translate_offset(bound, start)
+        position = segment.size if found is None else found[0]
+        if bound == self.high_watermark:
+            self._hw_position = (segment, position)
+        return position
+
+    def iter_batches_from(
+        self, start_offset: int, *, with_data: bool = False
+    ) -> Iterator[tuple[BatchHeader, bytes | None]]:
+        """Every batch from the one containing `start_offset` to the log end, with its bytes
+        when `with_data` (header.position is then 0 within them). For rebuilding state
+        (producer state, transaction index) at recovery."""
+        i = self._segment_index(start_offset)
+        for segment in self._segments[i:]:
+            found = segment.translate_offset(start_offset)
+            if found is None:
+                continue
+            for position, header in segment.iter_headers(found[0]):
+                if with_data:
+                    data = segment.read(position, header.size)
+                    yield BatchHeader(data, 0), data
+                else:
+                    yield header, None
+
+    def offset_for_timestamp(
+        self, timestamp: int, upper_bound: int | None = None
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp` (Kafka's
+        ListOffsets by time), or None; offsets at or past `upper_bound` (default the high
+        watermark) are not reported."""
+        bound = self.high_watermark if upper_bound is None else upper_bound
+        start = self.log_start_offset
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp)
+            if found is None:
+                continue
+            for position, header in segment.iter_headers(found[0]):
+                if header.max_timestamp < timestamp or header.last_offset < start:
+                    continue
+                for record_offset, record_ts in self._record_timestamps(segment, position, header):
+                    if record_ts >= timestamp and record_offset >= start:
+                        return (record_offset, record_ts) if record_offset < bound else None
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3),
+        the earliest such record if several; None if the log holds no timestamps."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.max_timestamp >= 0 and (
+                best is None or segment.max_timestamp > best.max_timestamp
+            ):
+                best = segment
+        if best is None:
+            return None
+        target = best.max_timestamp
+        _, position = best.offset_index.lookup(best.offset_of_max_timestamp)
+        for pos, header in itertools.chain(best.iter_headers(position), best.iter_headers(0)):
+            if header.max_timestamp != target:
+                continue
+            if header.timestamp_type == LOG_APPEND_TIME:
+                return header.base_offset, target
+            for record_offset, record_ts in self._record_timestamps(best, pos, header):
+                if record_ts == target:
+                    return record_offset, target
+        return None
+
+    def _record_timestamps(
+        self, segment: LogSegment, position: int, header: BatchHeader
+    ) -> Iterator[tuple[int, int]]:
+        data = segment.read(position, header.size)
+        for record in iter_records(data, BatchHeader(data, 0)):
+            yield record.offset, record.timestamp
+
+    # -- deletion and retention ------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Kafka's DeleteRecords: advance log_start_offset to `offset` (no-op if lower) and
+        delete whole segments below it; returns the new log start offset. An offset past
+        the high watermark raises KafkaError(OFFSET_OUT_OF_RANGE)."""
+        if offset > self.high_watermark or offset < 0:
+            raise KafkaError(
+                Error.OFFSET_OUT_OF_RANGE,
+                f"Cannot increment the log start offset to {offset} of partition "
+                f"{self.topic_partition} since it is larger than the high watermark "
+                f"{self.high_watermark}",
+            )
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            if self.log_start_offset_listener is not None:
+                self.log_start_offset_listener(self)
+        self._delete_segments_below_log_start()
+        return self.log_start_offset
+
+    def _delete_segments_below_log_start(self) -> int:
+        start = self.log_start_offset
+        return self._delete_oldest(lambda seg, nxt: nxt is not None and nxt.base_offset <= start)
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete old segments by retention.ms and retention.bytes as Kafka does (only with
+        cleanup.policy delete; never past the high watermark); returns segments deleted."""
+        deleted = self._delete_segments_below_log_start()
+        config = self.config
+        if "delete" not in config.cleanup_policy:
+            return deleted
+        if config.retention_bytes >= 0:
+            excess = [self.size_in_bytes - config.retention_bytes]
+
+            def over_size(segment: LogSegment, _next: LogSegment | None) -> bool:
+                if excess[0] - segment.size >= 0:
+                    excess[0] -= segment.size
+                    return True
+                return False
+
+            if excess[0] > 0:
+                deleted += self._delete_oldest(over_size)
+        if config.retention_ms >= 0:
+            retention_ms = config.retention_ms
+            deleted += self._delete_oldest(
+                lambda seg, _n: now_ms - seg.largest_timestamp > retention_ms
+            )
+        return deleted
+
+    def _delete_oldest(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        """Delete segments from the oldest while `predicate(segment, next)` holds and the
+        high watermark is past them (Kafka's deletableSegments)."""
+        segments = self._segments
+        doomed: list[LogSegment] = []
+        for i, segment in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            upper = nxt.base_offset if nxt is not None else self._log_end_offset
+            last_and_empty = nxt is None and segment.size == 0
+            if self.high_watermark >= upper and not last_and_empty and predicate(segment, nxt):
+                doomed.append(segment)
+            else:
+                break
+        if not doomed:
+            return 0
+        if len(doomed) == len(segments):
+            self.roll()  # never leave the log without an active segment
+        for segment in doomed:
+            self._remove_segment(segment)
+        if self._segments[0].base_offset > self.log_start_offset:
+            self.log_start_offset = self._segments[0].base_offset
+            if self.log_start_offset_listener is not None:
+                self.log_start_offset_listener(self)
+        return len(doomed)
+
+    def _remove_segment(self, segment: LogSegment) -> None:
+        index = self._segments.index(segment)
+        del self._segments[index]
+        del self._base_offsets[index]
+        self._unflushed.pop(segment.base_offset, None)
+        if self._hw_position is not None and self._hw_position[0] is segment:
+            self._hw_position = None
+        segment.close()
+        try:
+            self.deleted_files.extend(segment.rename_to_deleted())
+        except OSError as exc:
+            log.error(
+                "%s: could not rename deleted segment %d: %s",
+                self.topic_partition,
+                segment.base_offset,
+                exc,
+            )
+        log.info("%s: deleted segment %d", self.topic_partition, segment.base_offset)
+
+    def take_deleted_files(self) -> list[str]:
+        """The `.deleted` files waiting to be unlinked (the caller removes them off-loop)."""
+        files, self.deleted_files = self.deleted_files, []
+        return files
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or after the one containing `offset` (recovery, failed
+        fsync). Waiters beyond the new end fail; the high watermark follows."""
+        if offset >= self._log_end_offset:
+            return
+        self._generation += 1
+        self._hw_position = None
+        if offset <= self._segments[0].base_offset:
+            # Kafka's truncateFullyAndStartAt
+            for segment in list(self._segments):
+                self._remove_segment(segment)
+            new = self._new_segment(offset)
+            self._segments.append(new)
+            self._base_offsets.append(new.base_offset)
+            self._dir_dirty = True
+            self.log_start_offset = offset
+        else:
+            for segment in [s for s in self._segments if s.base_offset > offset]:
+                self._remove_segment(segment)
+            self._segments[-1].truncate_to(offset)
+        # producer_state.py (next issue): truncate producer state and reload from snapshot
+        self._log_end_offset = self._segments[-1].next_offset
+        self.high_watermark = min(self.high_watermark, self._log_end_offset)
+        self.log_start_offset = min(self.log_start_offset, self._log_end_offset)
+        self._mark_unflushed(self._segments[-1], True, notify=False)
+        if any(offset > self._log_end_offset for offset, _, _ in self._waiters):
+            self._fail_waiters(
+                KafkaError(Error.KAFKA_STORAGE_ERROR, f"{self.topic_partition} was truncated")
+            )
+        log.warning("%s: truncated to offset %d", self.topic_partition, self._log_end_offset)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def close(self, flush: bool = True) -> None:
+        """Write the final time index entry, flush everything (segments and indexes) unless
+        `flush` is False (topic deletion), close files. Pending waiters fail."""
+        if self.closed:
+            return
+        try:
+            if flush:
+                active = self._segments[-1]
+                active.on_become_inactive()
+                self._unflushed = {k: (seg, True) for k, (seg, _) in self._unflushed.items()}
+                self._unflushed[active.base_offset] = (active, True)
+                self.flush()
+        finally:
+            self.closed = True
+            self._fail_waiters(
+                KafkaError(Error.KAFKA_STORAGE_ERROR, f"{self.topic_partition} was closed")
+            )
+            for segment in self._segments:
+                segment.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic_partition}, start={self.log_start_offset}, "
+            f"hw={self.high_watermark}, end={self._log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )
+
+
+def _whole_batches_end(data: bytes) -> int:
+    """Length of the longest prefix of `data` made of whole batches."""
+    end = 0
+    n = len(data)
+    unpack = _LENGTH.unpack_from
+    while end + LOG_OVERHEAD <= n:
+        nxt = end + LOG_OVERHEAD + unpack(data, end + 8)[0]
+        if nxt > n:
+            break
+        end = nxt
+    return end
+
+
+def partition_dir_name(topic_partition: TopicPartition) -> str:
+    return f"{topic_partition.topic}-{topic_partition.partition}"
+
+
+def parse_partition_dir_name(name: str) -> TopicPartition | None:
+    topic, dash, partition = name.rpartition("-")
+    if not dash or not topic or not partition.isdigit():
+        return None
+    return TopicPartition(topic, int(partition))
+
+
+__all__ = [
+    "AppendResult",
+    "FlushJob",
+    "PartitionLog",
+    "ReadResult",
+    "parse_partition_dir_name",
+    "partition_dir_name",
+]

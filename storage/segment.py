@@ -1,0 +1,520 @@
+"""Log segment: one `%020d.log` file plus its offset index and time index.
+
+The `.log` file is a plain concatenation of record batches (v2, see protocol/records.py)
+exactly as Kafka stores them; the file name is the base offset (the first offset the
+segment may hold), zero-padded to 20 digits. Companion files share the stem: `.index`
+(offset_index.py), `.timeindex` (time_index.py), and later `.txnindex` and `.snapshot`
+(`segment_file_name` builds any of them).
+
+A segment appends bytes and reads byte ranges; it never assigns offsets (the partition log
+does that before calling `append`). Indexing follows Kafka 4: per appended batch, if more
+than `index.interval.bytes` were written since the last index entry, add an offset index
+entry (batch last offset, batch position) and a time index entry (max timestamp so far,
+offset of that timestamp's batch).
+
+Threading: everything runs on the event loop except `flush()`, which the log manager's
+flusher calls from an executor thread (fsync only; handles are not closed while pinned).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    CorruptRecordError,
+    InvalidRecordError,
+    iter_batches,
+    validate_batches,
+)
+from storage.fs import FileHandle, RealFileSystem
+from storage.offset_index import CorruptIndexError, OffsetIndex
+from storage.time_index import TimeIndex
+
+log = logging.getLogger("storage.segment")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+SCAN_CHUNK = 64 * 1024  # bytes read at a time when walking batch headers
+RECOVER_CHUNK = 1024 * 1024  # bytes read at a time when verifying CRCs
+_LENGTH = struct.Struct(">i")
+_INT32_MAX = 2**31 - 1
+
+
+def _whole_batches(chunk: bytes) -> tuple[list[BatchHeader], InvalidRecordError | None]:
+    """The CRC-valid whole batches at the start of `chunk`, and the error that stopped the
+    walk early (None at the end of the chunk or at a batch cut off by the chunk's end)."""
+    headers: list[BatchHeader] = []
+    try:
+        for header in iter_batches(chunk):
+            headers.append(header)  # noqa: PERF402 - keep those before an error
+    except InvalidRecordError as exc:
+        bad: InvalidRecordError | None = exc
+    else:
+        bad = None
+    if headers:
+        consumed = headers[-1].position + headers[-1].size
+        try:
+            validate_batches(memoryview(chunk)[:consumed], from_client=False)
+        except InvalidRecordError as exc:
+            headers = [h for h in headers if h.position < (exc.position or 0)]
+            bad = exc
+    return headers, bad
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """`00000000000000000042.log` for (42, ".log"); works for any Kafka suffix."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_file_name(name: str) -> tuple[int, str] | None:
+    """(base offset, suffix) for a name like `00000000000000000042.timeindex`, else None."""
+    stem, dot, rest = name.partition(".")
+    if len(stem) != 20 or not stem.isdigit() or not dot:
+        return None
+    return int(stem), "." + rest
+
+
+@dataclass(slots=True)
+class AppendedBatch:
+    """What the segment needs to know about one batch it appends (offsets already set)."""
+
+    size: int
+    last_offset: int
+    max_timestamp: int
+
+
+class SegmentRollbackError(OSError):
+    """An append failed and undoing its partial write failed too: the segment is suspect."""
+
+
+class LogSegment:
+    __slots__ = (
+        "_bytes_since_last_index_entry",
+        "_close_pending",
+        "_fs",
+        "_log",
+        "_max_timestamp",
+        "_next_offset",
+        "_offset_of_max_timestamp",
+        "_pins",
+        "_rolling_based_timestamp",
+        "base_offset",
+        "created_ms",
+        "dir",
+        "index_interval_bytes",
+        "offset_index",
+        "roll_jitter_ms",
+        "size",
+        "time_index",
+    )
+
+    def __init__(
+        self,
+        fs: RealFileSystem,
+        directory: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        created_ms: int,
+        roll_jitter_ms: int = 0,
+        create: bool = False,
+    ):
+        self._fs = fs
+        self.dir = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        self.roll_jitter_ms = roll_jitter_ms
+        self._log: FileHandle | None = None
+        self._pins = 0
+        self._close_pending = False
+        log_path = self.path(LOG_SUFFIX)
+        if create:
+            self._log = fs.open(log_path)
+            self.size = self._log.size()
+        else:
+            self.size = fs.file_size(log_path)
+        self.offset_index = OffsetIndex(fs, self.path(INDEX_SUFFIX), base_offset, max_index_size)
+        self.time_index = TimeIndex(fs, self.path(TIME_INDEX_SUFFIX), base_offset, max_index_size)
+        if create:  # like Kafka, a new segment has all three files from the start
+            self.offset_index.create_file()
+            self.time_index.create_file()
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp = self.time_index.last_timestamp
+        self._offset_of_max_timestamp = self.time_index.last_offset
+        self._rolling_based_timestamp: int | None = None
+        self._next_offset: int | None = base_offset if self.size == 0 else None
+
+    # -- files ----------------------------------------------------------------------------
+
+    def path(self, suffix: str) -> str:
+        return os.path.join(self.dir, segment_file_name(self.base_offset, suffix))
+
+    def _file(self) -> FileHandle:
+        if self._log is None or self._log.closed:
+            self._log = self._fs.open(self.path(LOG_SUFFIX), create=False)
+        return self._log
+
+    def has_index_files(self) -> bool:
+        return self._fs.exists(self.path(INDEX_SUFFIX)) and self._fs.exists(
+            self.path(TIME_INDEX_SUFFIX)
+        )
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        """One past the last offset in this segment (base offset if empty)."""
+        if self._next_offset is None:
+            self.load_tail()
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch max_timestamp in the segment, -1 if none."""
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._offset_of_max_timestamp
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Kafka's retention timestamp: the max timestamp, else the file's mtime."""
+        if self._max_timestamp >= 0:
+            return self._max_timestamp
+        return self._fs.mtime_ms(self.path(LOG_SUFFIX))
+
+    @property
+    def rolling_based_timestamp(self) -> int | None:
+        """max_timestamp of the first batch (what segment.ms is measured from)."""
+        if self._rolling_based_timestamp is None and self.size > 0:
+            for _, header in self.iter_headers(0, limit=1):
+                self._rolling_based_timestamp = header.max_timestamp
+        return self._rolling_based_timestamp
+
+    def sanity_check(self, next_offset: int | None = None) -> None:
+        """Cheap index checks done on every open; raises CorruptIndexError. `next_offset`
+        bounds the offsets (the next segment's base; default: found by reading the tail)."""
+        self.offset_index.sanity_check(self.size)
+        self.time_index.sanity_check(self.next_offset if next_offset is None else next_offset)
+
+    def load_tail(self) -> None:
+        """Walk the batches from the last offset index entry to the end: learn the next
+        offset, fold their timestamps into the max (the time index may lag them) and
+        restore the bytes-since-last-entry counter appends continue from."""
+        position = self.offset_index.last_position
+        next_offset = self.base_offset
+        since = 0
+        for _, header in self.iter_headers(position):
+            next_offset = header.next_offset
+            if header.max_timestamp > self._max_timestamp:
+                self._max_timestamp = header.max_timestamp
+                self._offset_of_max_timestamp = header.last_offset
+            since += header.size
+        self._next_offset = next_offset
+        self._bytes_since_last_index_entry = since
+
+    # -- append -----------------------------------------------------------------------------
+
+    def append(
+        self, data: bytes | bytearray | memoryview, batches: Sequence[AppendedBatch]
+    ) -> None:
+        """Write `data` (the batches, offsets already assigned) at the end and index them.
+
+        On an OSError the segment is put back exactly as it was (file truncated, index
+        entries removed) and the error re-raised; if that undo fails too,
+        SegmentRollbackError is raised.
+        """
+        if not batches:
+            return
+        start = self.size
+        index_entries = self.offset_index.entries
+        time_entries = self.time_index.entries
+        saved = (
+            self._bytes_since_last_index_entry,
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+            self._next_offset,
+            self._rolling_based_timestamp,
+        )
+        try:
+            self._file().pwrite(data, start)
+            self.size = start + len(data)
+            if start == 0:
+                self._rolling_based_timestamp = batches[0].max_timestamp
+            position = start
+            for batch in batches:
+                if batch.max_timestamp > self._max_timestamp:
+                    self._max_timestamp = batch.max_timestamp
+                    self._offset_of_max_timestamp = batch.last_offset
+                if self._bytes_since_last_index_entry > self.index_interval_bytes:
+                    self.offset_index.append(batch.last_offset, position)
+                    self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                    self._bytes_since_last_index_entry = 0
+                position += batch.size
+                self._bytes_since_last_index_entry += batch.size
+            self._next_offset = batches[-1].last_offset + 1
+        except OSError as exc:
+            (
+                self._bytes_since_last_index_entry,
+                self._max_timestamp,
+                self._offset_of_max_timestamp,
+                self._next_offset,
+                self._rolling_based_timestamp,
+            ) = saved
+            try:
+                self._file().truncate(start)
+                self.size = start
+                self.offset_index.truncate_entries(index_entries)
+                self.time_index.truncate_entries(time_entries)
+            except OSError as undo_exc:
+                raise SegmentRollbackError(
+                    undo_exc.errno, f"append failed ({exc}) and could not be undone: {undo_exc}"
+                ) from exc
+            raise
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        return self._file().pread(size, position)
+
+    def iter_headers(
+        self, position: int = 0, end: int | None = None, limit: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each whole batch from `position` (a batch start) to `end`.
+
+        Stops at a torn tail; bytes that cannot be a batch raise CorruptRecordError.
+        `header.position` is relative to an internal buffer: use the yielded position.
+        """
+        end = self.size if end is None else min(end, self.size)
+        chunk = b""
+        chunk_start = position
+        pos = position
+        count = 0
+        while pos + LOG_OVERHEAD <= end:
+            rel = pos - chunk_start
+            if rel + HEADER_SIZE > len(chunk):
+                chunk = self.read(pos, min(SCAN_CHUNK, end - pos))
+                chunk_start, rel = pos, 0
+                if len(chunk) < HEADER_SIZE:
+                    return
+            header = BatchHeader(chunk, rel)
+            size = header.size
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.magic != MAGIC:
+                raise CorruptRecordError(
+                    f"no batch at position {pos} of {self.path(LOG_SUFFIX)}", pos
+                )
+            if pos + size > end:
+                return
+            yield pos, header
+            count += 1
+            if limit is not None and count >= limit:
+                return
+            pos += size
+
+    def translate_offset(
+        self, offset: int, start_position: int = 0
+    ) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose last offset is >= `offset`, or None.
+
+        Like Kafka: start from the offset index's floor entry, then walk batch headers.
+        """
+        _, position = self.offset_index.lookup(offset)
+        for pos, header in self.iter_headers(max(position, start_position)):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose max_timestamp is >= `timestamp`."""
+        _, offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(offset)
+        for pos, header in self.iter_headers(position):
+            if header.max_timestamp >= timestamp:
+                return pos, header
+        return None
+
+    # -- recovery and truncation -----------------------------------------------------------
+
+    def recover(self, from_position: int = 0) -> int:
+        """Verify every batch from `from_position` (CRC, structure, offsets), rebuild the
+        index entries after it, truncate at the first invalid byte; returns bytes truncated.
+
+        From position 0 this is Kafka's LogSegment.recover (indexes rebuilt from scratch).
+        A later position must be the last offset index entry's position: a tail check of a
+        segment whose earlier part is trusted. If the batch there does not match that entry,
+        CorruptIndexError is raised (the caller then recovers from 0); if it is invalid, the
+        whole segment is recovered.
+        """
+        offset_index, time_index = self.offset_index, self.time_index
+        entry_offset: int | None = None
+        if from_position == 0:
+            offset_index.reset()
+            time_index.reset()
+        else:
+            entry_offset, entry_position = offset_index.lookup_position(from_position)
+            if entry_position != from_position:
+                raise CorruptIndexError(f"no offset index entry at position {from_position}")
+            offset_index.truncate_to_position(from_position + 1)
+            time_index.truncate_to(entry_offset + 1)
+        self._max_timestamp = time_index.last_timestamp
+        self._offset_of_max_timestamp = time_index.last_offset
+        self._rolling_based_timestamp = None
+        next_offset = self.base_offset
+        since = 0
+        position = from_position
+        valid_end = from_position
+        file_size = self._file().size()
+        try:
+            while position < file_size:
+                chunk = self.read(position, min(RECOVER_CHUNK, file_size - position))
+                headers, bad = _whole_batches(chunk)
+                if not headers and bad is None and len(chunk) >= LOG_OVERHEAD:
+                    size = _LENGTH.unpack_from(chunk, 8)[0] + LOG_OVERHEAD
+                    if size > len(chunk) and position + size <= file_size:
+                        chunk = self.read(position, size)  # one batch bigger than a chunk
+                        headers, bad = _whole_batches(chunk)
+                for header in headers:
+                    batch_position = position + header.position
+                    if entry_offset is not None:
+                        if header.last_offset != entry_offset:
+                            raise CorruptIndexError(
+                                f"index entry {entry_offset} points at a batch ending at "
+                                f"{header.last_offset}"
+                            )
+                        entry_offset = None
+                    elif header.base_offset < next_offset:
+                        raise CorruptRecordError(
+                            f"offset {header.base_offset} follows {next_offset - 1}",
+                            header.position,
+                        )
+                    if header.last_offset - self.base_offset > _INT32_MAX:
+                        raise CorruptRecordError(
+                            f"offset {header.last_offset} beyond segment {self.base_offset}",
+                            header.position,
+                        )
+                    if header.max_timestamp > self._max_timestamp:
+                        self._max_timestamp = header.max_timestamp
+                        self._offset_of_max_timestamp = header.last_offset
+                    if since > self.index_interval_bytes:
+                        offset_index.append(header.last_offset, batch_position)
+                        time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                        since = 0
+                    since += header.size
+                    next_offset = header.next_offset
+                    valid_end = batch_position + header.size
+                if bad is not None:
+                    raise bad
+                if not headers:
+                    break  # torn tail
+                position = valid_end
+        except InvalidRecordError as exc:
+            valid_end = position + (exc.position or 0)
+            log.warning(
+                "%s: invalid data at position %d: %s", self.path(LOG_SUFFIX), valid_end, exc.reason
+            )
+        if entry_offset is not None:  # the indexed batch itself is torn or invalid
+            return self.recover(0)
+        truncated = file_size - valid_end
+        if truncated:
+            self._file().truncate(valid_end)
+        self.size = valid_end
+        self._bytes_since_last_index_entry = since
+        self._next_offset = next_offset
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch containing `offset` and everything after; returns bytes removed."""
+        found = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        if found is None:
+            return 0
+        cut = found[0]
+        removed = self.size - cut
+        self._file().truncate(cut)
+        self.size = cut
+        self.offset_index.truncate_to_position(cut)
+        self._rolling_based_timestamp = None
+        self._max_timestamp = self.time_index.last_timestamp
+        self._offset_of_max_timestamp = self.time_index.last_offset
+        self.load_tail()
+        return removed
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def on_become_inactive(self) -> None:
+        """Roll: write the final time index entry carrying the segment's max timestamp."""
+        if self._max_timestamp >= 0:
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+
+    def pin(self) -> None:
+        self._pins += 1
+
+    def unpin(self) -> None:
+        self._pins -= 1
+        if self._pins == 0 and self._close_pending:
+            self._close_files()
+
+    def flush(self, with_indexes: bool = True) -> None:
+        """fsync the log (and the indexes); may run in an executor thread. Indexes can be
+        rebuilt from the log, so the active segment's are only synced on roll and close."""
+        if self._log is not None and not self._log.closed:
+            self._log.fsync()
+        if with_indexes:
+            self.offset_index.flush()
+            self.time_index.flush()
+
+    def close(self) -> None:
+        if self._pins:
+            self._close_pending = True
+        else:
+            self._close_files()
+
+    def _close_files(self) -> None:
+        self._close_pending = False
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.offset_index.close()
+        self.time_index.close()
+
+    def rename_to_deleted(self) -> list[str]:
+        """Rename every file of the segment to `<name>.deleted`; returns the new paths."""
+        renamed = []
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            path = self.path(suffix)
+            if self._fs.exists(path):
+                self._fs.rename(path, path + DELETED_SUFFIX)
+                renamed.append(path + DELETED_SUFFIX)
+        return renamed
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
+
+
+__all__ = [
+    "AppendedBatch",
+    "CorruptIndexError",
+    "LogSegment",
+    "SegmentRollbackError",
+    "parse_segment_file_name",
+    "segment_file_name",
+]

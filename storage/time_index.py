@@ -1,0 +1,175 @@
+"""Time index (`%020d.timeindex`): a sparse map from timestamp to offset within a segment.
+
+File format (Kafka's): a flat array of 12-byte big-endian entries
+    int64 timestamp         (largest batch max_timestamp seen so far in the segment)
+    int32 relative_offset   (last offset of the batch holding that timestamp, minus base)
+Timestamps strictly increase from entry to entry (an entry is only added when the segment's
+max timestamp grew); offsets never decrease. Entries are added together with offset index
+entries, plus one final entry when the segment stops being active (roll or close), so the
+last entry always carries the segment's largest timestamp once it is closed.
+`lookup(ts)` returns the largest entry with timestamp <= ts, or (-1, base offset).
+
+Not preallocated (see offset_index.py); the file holds exactly `entries * 12` bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from bisect import bisect_right
+
+from storage.fs import FileHandle, RealFileSystem
+from storage.offset_index import CorruptIndexError
+
+ENTRY = struct.Struct(">qi")
+ENTRY_SIZE = ENTRY.size
+NO_TIMESTAMP = -1
+
+
+class TimeIndex:
+    __slots__ = (
+        "_fs",
+        "_handle",
+        "_offsets",
+        "_timestamps",
+        "base_offset",
+        "entries",
+        "last_offset",
+        "last_timestamp",
+        "max_entries",
+        "path",
+    )
+
+    def __init__(self, fs: RealFileSystem, path: str, base_offset: int, max_index_size: int):
+        self._fs = fs
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(max_index_size // ENTRY_SIZE, 1)
+        self._handle: FileHandle | None = None
+        self._timestamps: list[int] | None = None
+        self._offsets: list[int] | None = None  # absolute offsets
+        size = fs.file_size(path) if fs.exists(path) else 0
+        self.entries = size // ENTRY_SIZE
+        self.last_timestamp = NO_TIMESTAMP
+        self.last_offset = base_offset
+        if size % ENTRY_SIZE:
+            raise CorruptIndexError(f"{path}: size {size} is not a multiple of {ENTRY_SIZE}")
+        if self.entries:
+            ts, rel = ENTRY.unpack(self._file().pread(ENTRY_SIZE, size - ENTRY_SIZE))
+            self.last_timestamp = ts
+            self.last_offset = base_offset + rel
+
+    def _file(self) -> FileHandle:
+        if self._handle is None or self._handle.closed:
+            self._handle = self._fs.open(self.path)
+        return self._handle
+
+    def create_file(self) -> None:
+        """Make sure the file exists (and is open)."""
+        self._file()
+
+    def _load(self) -> None:
+        if self._timestamps is not None:
+            return
+        data = self._file().pread(self.entries * ENTRY_SIZE, 0)
+        timestamps, offsets = [], []
+        for ts, rel in ENTRY.iter_unpack(data[: len(data) - len(data) % ENTRY_SIZE]):
+            timestamps.append(ts)
+            offsets.append(self.base_offset + rel)
+        self._timestamps, self._offsets = timestamps, offsets
+        self.entries = len(timestamps)
+
+    def sanity_check(self, next_offset: int) -> None:
+        """Kafka's cheap check: the last entry lies inside the segment and after the first."""
+        if not self.entries:
+            return
+        if not self.base_offset <= self.last_offset < max(next_offset, self.base_offset + 1):
+            raise CorruptIndexError(
+                f"{self.path}: last entry offset {self.last_offset} outside segment "
+                f"[{self.base_offset}, {next_offset})"
+            )
+        first_ts, _ = ENTRY.unpack(self._file().pread(ENTRY_SIZE, 0))
+        if self.last_timestamp < first_ts:
+            raise CorruptIndexError(f"{self.path}: last timestamp before the first")
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    @property
+    def size_bytes(self) -> int:
+        return self.entries * ENTRY_SIZE
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Add (timestamp, offset) if `timestamp` is larger than the last entry's.
+
+        `is_full` only tells the log to roll before the next append; one append of many
+        batches (or the final entry at roll) may go past it, as the file is not preallocated.
+        """
+        if self.entries and timestamp <= self.last_timestamp:
+            return
+        if self.entries and offset < self.last_offset:
+            raise ValueError(f"time index offset {offset} before {self.last_offset}")
+        self._file().pwrite(
+            ENTRY.pack(timestamp, offset - self.base_offset), self.entries * ENTRY_SIZE
+        )
+        if self._timestamps is not None:
+            self._timestamps.append(timestamp)
+            self._offsets.append(offset)
+        self.entries += 1
+        self.last_timestamp = timestamp
+        self.last_offset = offset
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the largest entry with timestamp <= `timestamp`."""
+        if not self.entries:
+            return NO_TIMESTAMP, self.base_offset
+        if timestamp >= self.last_timestamp:
+            return self.last_timestamp, self.last_offset
+        self._load()
+        i = bisect_right(self._timestamps, timestamp) - 1
+        if i < 0:
+            return NO_TIMESTAMP, self.base_offset
+        return self._timestamps[i], self._offsets[i]
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= `offset`."""
+        self._load()
+        self.truncate_entries(bisect_right(self._offsets, offset - 1))
+
+    def truncate_entries(self, keep: int) -> None:
+        """Keep only the first `keep` entries."""
+        self._load()
+        if keep == self.entries and self._file().size() == keep * ENTRY_SIZE:
+            return
+        self._file().truncate(keep * ENTRY_SIZE)
+        del self._timestamps[keep:]
+        del self._offsets[keep:]
+        self.entries = keep
+        if keep:
+            self.last_timestamp, self.last_offset = self._timestamps[-1], self._offsets[-1]
+        else:
+            self.last_timestamp, self.last_offset = NO_TIMESTAMP, self.base_offset
+
+    def reset(self) -> None:
+        self.truncate_to(self.base_offset)
+
+    def flush(self) -> None:
+        if self._handle is not None and not self._handle.closed:
+            self._handle.fsync()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def rename(self, new_path: str) -> None:
+        self._fs.rename(self.path, new_path)
+        self.path = new_path
+
+    def entry(self, n: int) -> tuple[int, int]:
+        self._load()
+        return self._timestamps[n], self._offsets[n]
+
+    def __repr__(self) -> str:
+        return f"TimeIndex({os.path.basename(self.path)}, entries={self.entries})"
