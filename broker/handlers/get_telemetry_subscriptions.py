@@ -8,9 +8,6 @@ one, as Kafka does; a non-zero one is echoed. PushTelemetry is not served (not a
 
 from __future__ import annotations
 
-import base64
-import uuid
-
 from protocol.errors import Error
 from protocol.messages.get_telemetry_subscriptions_request import (
     GetTelemetrySubscriptionsRequest,
@@ -19,6 +16,7 @@ from protocol.messages.get_telemetry_subscriptions_response import (
     GetTelemetrySubscriptionsResponse,
 )
 from protocol.primitives import ZERO_UUID
+from storage.log_manager import random_kafka_uuid
 
 API_KEY = 71
 PUSH_INTERVAL_MS = 300_000  # Kafka's default interval for a client without a subscription
@@ -27,19 +25,10 @@ TELEMETRY_MAX_BYTES = 1_048_576
 ACCEPTED_COMPRESSION_TYPES = [4, 3, 1, 2]
 
 
-def new_client_instance_id() -> uuid.UUID:
-    """A random id that is neither reserved (0, 1) nor prints with a leading '-' (as Java's)."""
-    while True:
-        candidate = uuid.uuid4()
-        text = base64.urlsafe_b64encode(candidate.bytes).decode()
-        if candidate.int > 1 and not text.startswith("-"):
-            return candidate
-
-
 async def handle(ctx, req: GetTelemetrySubscriptionsRequest) -> GetTelemetrySubscriptionsResponse:
     client_instance_id = req.client_instance_id
     if client_instance_id == ZERO_UUID:
-        client_instance_id = new_client_instance_id()
+        client_instance_id = random_kafka_uuid()
     return GetTelemetrySubscriptionsResponse(
         error_code=Error.NONE, client_instance_id=client_instance_id, subscription_id=0,
         accepted_compression_types=list(ACCEPTED_COMPRESSION_TYPES),
