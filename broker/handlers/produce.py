@@ -1,0 +1,231 @@
+"""Produce (key 0), v3-12.
+
+Appends each partition's record batch to its log as Kafka's leader does and answers per
+partition with the base offset, the log append time (-1 unless the topic uses
+LogAppendTime) and the log start offset. Records are never decoded here: the handler peeks
+at the first batch header, the log validates and rewrites the batches in place.
+
+- acks 0: no response; if any partition fails the connection is closed (Kafka does this so
+  the producer notices and refreshes metadata). acks 1: answer after the append. acks -1
+  ("all"): answer once the data is fsynced (group commit, ``PartitionLog.wait_durable``;
+  immediate with log.flush.mode=none), bounded by ``timeout_ms`` when it is positive
+  (REQUEST_TIMED_OUT after it, the data stays appended, as in Kafka). Other values:
+  INVALID_REQUIRED_ACKS.
+- Every append of a request happens before its first await, so requests on one connection
+  reach the log in order.
+- Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION (as in Kafka 4, produce never creates a
+  topic; clients create them through Metadata), INVALID_TOPIC_EXCEPTION for internal topics,
+  INVALID_RECORD (no batch, not magic 2, more than one batch - v3+ carries exactly one per
+  partition -, bad counts, control batches from clients), UNSUPPORTED_COMPRESSION_TYPE (zstd
+  before v7), CORRUPT_MESSAGE (CRC, impossible lengths), MESSAGE_TOO_LARGE,
+  RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, KAFKA_STORAGE_ERROR. v8+ carries error_message.
+- Transactional batches: without a transactional_id the whole request fails with
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED; transactional batches from more than one producer
+  id fail it with INVALID_PRODUCER_ID_MAPPING. Kafka then has the transaction coordinator
+  verify that each such partition is part of an ongoing transaction (KIP-890); the
+  coordinator does not run yet, so no transactional id is known and those partitions get
+  its answer for an unknown id, INVALID_PRODUCER_ID_MAPPING (``_verify_transaction``).
+- v10+: current_leader and node_endpoints only accompany NOT_LEADER_OR_FOLLOWER, which a
+  single node never returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.handlers.metadata import INTERNAL_TOPICS
+from protocol.errors import Error, KafkaError
+from protocol.messages.produce_request import ProduceRequest
+from protocol.messages.produce_response import (
+    PartitionProduceResponse,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from protocol.records import HEADER_SIZE, MAGIC, BatchHeader
+
+API_KEY = 0
+ADMIN_CLIENT_ID = "__admin_client"  # Kafka lets only its admin client write internal topics
+ZSTD = 4
+VALID_ACKS = (-1, 0, 1)
+# errors after which Kafka reports log_start_offset -1 (UNKNOWN_LOG_APPEND_INFO)
+_NO_LOG_START = frozenset({Error.UNKNOWN_TOPIC_OR_PARTITION, Error.NOT_LEADER_OR_FOLLOWER,
+                           Error.MESSAGE_TOO_LARGE, Error.RECORD_LIST_TOO_LARGE,
+                           Error.CORRUPT_MESSAGE, Error.KAFKA_STORAGE_ERROR})
+
+
+class _Entry:
+    """One partition of the request on its way to the log."""
+
+    __slots__ = ("header", "plog", "records", "response", "topic")
+
+    def __init__(self, topic: str, response: PartitionProduceResponse, plog, records,
+                 header: BatchHeader) -> None:
+        self.topic = topic
+        self.response = response
+        self.plog = plog
+        self.records = records
+        self.header = header
+
+
+async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
+    version = ctx.api_version
+    logs = ctx.log_manager
+    topics: list[TopicProduceResponse] = []
+    entries: list[_Entry] = []
+    failed = False
+    for topic in req.topic_data:
+        partitions: list[PartitionProduceResponse] = []
+        topics.append(TopicProduceResponse(name=topic.name, partition_responses=partitions))
+        for data in topic.partition_data:
+            response = PartitionProduceResponse(index=data.index, base_offset=-1)
+            partitions.append(response)
+            plog = logs.get_partition(topic.name, data.index)
+            if plog is None:
+                _fail(response, Error.UNKNOWN_TOPIC_OR_PARTITION, None)
+                failed = True
+                continue
+            header, error, message = _first_batch(data.records, version)
+            if error:
+                _fail(response, error, message)
+                failed = True
+                continue
+            entries.append(_Entry(topic.name, response, plog, data.records, header))
+
+    transactional = [e for e in entries if e.header.is_transactional]
+    if transactional:
+        if req.transactional_id is None:
+            return _whole_request_error(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if len({(e.header.producer_id, e.header.producer_epoch) for e in transactional}) > 1:
+            return _whole_request_error(req, Error.INVALID_PRODUCER_ID_MAPPING)
+
+    acks = req.acks
+    if acks not in VALID_ACKS:
+        for entry in entries:
+            _fail(entry.response, Error.INVALID_REQUIRED_ACKS, None)
+        return ProduceResponse(responses=topics)
+
+    internal_allowed = ctx.header.client_id == ADMIN_CLIENT_ID
+    rejected = _verify_transaction(ctx, req.transactional_id, transactional) if transactional else {}
+    waits: list[tuple[_Entry, int]] = []
+    for entry in entries:
+        response = entry.response
+        if entry.topic in INTERNAL_TOPICS and not internal_allowed:
+            _fail(response, Error.INVALID_TOPIC_EXCEPTION,
+                  f"Cannot append to internal topic {entry.topic}")
+            failed = True
+            continue
+        if entry in rejected:
+            _fail(response, rejected[entry], None)
+            failed = True
+            continue
+        plog = entry.plog
+        try:
+            result = plog.append(entry.records, origin="client")
+        except KafkaError as e:
+            _fail(response, e.code, e.message)
+            if e.code not in _NO_LOG_START:
+                response.log_start_offset = plog.log_start_offset
+            failed = True
+            continue
+        response.base_offset = result.base_offset
+        response.log_append_time_ms = result.log_append_time
+        response.log_start_offset = result.log_start_offset
+        if acks == -1 and plog.high_watermark < result.next_offset:
+            waits.append((entry, result.next_offset))
+
+    if acks == 0:
+        if failed:
+            _close_connection(_summary(topics))
+        return None
+    if waits:
+        await _wait_durable(waits, req.timeout_ms)
+    return ProduceResponse(responses=topics)
+
+
+def _first_batch(records, version: int) -> tuple[BatchHeader | None, Error, str | None]:
+    """Kafka's ProduceRequest.validateRecords on the first batch header (no decoding)."""
+    if records is None or len(records) < HEADER_SIZE:
+        return None, Error.INVALID_RECORD, (
+            f"Produce requests with version {version} must have at least one record batch "
+            "per partition")
+    header = BatchHeader(records, 0)
+    if header.magic != MAGIC:
+        return None, Error.INVALID_RECORD, (
+            f"Produce requests with version {version} are only allowed to contain record "
+            "batches with magic version 2")
+    if version < 7 and header.compression == ZSTD:
+        return None, Error.UNSUPPORTED_COMPRESSION_TYPE, (
+            f"Produce requests with version {version} are not allowed to use ZStandard "
+            "compression")
+    if 0 < header.size < len(records):
+        return None, Error.INVALID_RECORD, (
+            f"Produce requests with version {version} are only allowed to contain exactly "
+            "one record batch per partition")
+    return header, Error.NONE, None
+
+
+def _verify_transaction(ctx, transactional_id: str, entries: list[_Entry]) -> dict[_Entry, Error]:
+    """Kafka's pre-append check that each transactional partition was added to the ongoing
+    transaction of ``transactional_id`` (the coordinator's verifyOnly AddPartitionsToTxn).
+
+    No transaction coordinator runs in this broker yet, so it knows no transactional id;
+    Kafka's coordinator answers INVALID_PRODUCER_ID_MAPPING for an unknown one.
+    """
+    del ctx, transactional_id
+    return dict.fromkeys(entries, Error.INVALID_PRODUCER_ID_MAPPING)
+
+
+async def _wait_durable(waits: list[tuple[_Entry, int]], timeout_ms: int) -> None:
+    """Wait until every appended partition is fsynced up to its batch (one group commit
+    usually covers them all); failures and timeouts become the partition's error."""
+    pending = asyncio.gather(*(e.plog.wait_durable(offset) for e, offset in waits),
+                             return_exceptions=True)
+    try:
+        if timeout_ms > 0:
+            results = await asyncio.wait_for(pending, timeout_ms / 1000)
+        else:
+            results = await pending
+    except TimeoutError:
+        results = [None if e.plog.high_watermark >= offset
+                   else KafkaError(Error.REQUEST_TIMED_OUT) for e, offset in waits]
+    for (entry, _), result in zip(waits, results, strict=True):
+        if result is None:
+            continue
+        if isinstance(result, KafkaError):
+            _fail(entry.response, result.code, result.message)
+        else:
+            _fail(entry.response, Error.KAFKA_STORAGE_ERROR, repr(result))
+
+
+def _fail(response: PartitionProduceResponse, code: Error, message: str | None) -> None:
+    response.error_code = code
+    response.base_offset = -1
+    response.log_append_time_ms = -1
+    response.log_start_offset = -1
+    response.error_message = message
+
+
+def _summary(topics: list[TopicProduceResponse]) -> str:
+    return ", ".join(f"{t.name}-{p.index}: {Error(p.error_code).name}"
+                     for t in topics for p in t.partition_responses if p.error_code)
+
+
+def _whole_request_error(req: ProduceRequest, code: Error) -> ProduceResponse:
+    if req.acks == 0:
+        _close_connection(code.name)
+    return error_response(req, code)
+
+
+def _close_connection(reason: str) -> None:
+    """acks=0 and something failed: Kafka closes the connection instead of answering."""
+    from broker.dispatch import CloseConnection  # here: broker.dispatch imports the handlers
+
+    raise CloseConnection(f"produce with acks=0 failed: {reason}")
+
+
+def error_response(req: ProduceRequest, code: Error) -> ProduceResponse:
+    return ProduceResponse(responses=[
+        TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=[
+            PartitionProduceResponse(index=p.index, error_code=code, base_offset=-1)
+            for p in t.partition_data])
+        for t in req.topic_data])
