@@ -603,6 +603,14 @@ class PartitionLog:
         """(offset, timestamp) of the first record with timestamp >= `timestamp` (Kafka's
         ListOffsets by time), or None; offsets at or past `upper_bound` (default the high
         watermark) are not reported."""
+        try:
+            return self._offset_for_timestamp(timestamp, upper_bound)
+        except OSError as exc:
+            raise self._storage_error("timestamp lookup", exc) from exc
+
+    def _offset_for_timestamp(
+        self, timestamp: int, upper_bound: int | None
+    ) -> tuple[int, int] | None:
         bound = self.high_watermark if upper_bound is None else upper_bound
         start = self.log_start_offset
         for segment in self._segments:
@@ -622,6 +630,12 @@ class PartitionLog:
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3),
         the earliest such record if several; None if the log holds no timestamps."""
+        try:
+            return self._max_timestamp_offset()
+        except OSError as exc:
+            raise self._storage_error("timestamp lookup", exc) from exc
+
+    def _max_timestamp_offset(self) -> tuple[int, int] | None:
         best: LogSegment | None = None
         for segment in self._segments:
             if segment.max_timestamp >= 0 and (

@@ -49,7 +49,8 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
-SCAN_CHUNK = 64 * 1024  # bytes read at a time when walking batch headers
+FIRST_SCAN_CHUNK = 4 * 1024  # first read when walking batch headers (doubles each refill)
+SCAN_CHUNK = 64 * 1024  # largest read when walking batch headers
 RECOVER_CHUNK = 1024 * 1024  # bytes read at a time when verifying CRCs
 _LENGTH = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
@@ -306,12 +307,14 @@ class LogSegment:
         end = self.size if end is None else min(end, self.size)
         chunk = b""
         chunk_start = position
+        chunk_size = FIRST_SCAN_CHUNK  # most walks end within an index interval
         pos = position
         count = 0
         while pos + LOG_OVERHEAD <= end:
             rel = pos - chunk_start
             if rel + HEADER_SIZE > len(chunk):
-                chunk = self.read(pos, min(SCAN_CHUNK, end - pos))
+                chunk = self.read(pos, min(chunk_size, end - pos))
+                chunk_size = min(chunk_size * 2, SCAN_CHUNK)
                 chunk_start, rel = pos, 0
                 if len(chunk) < HEADER_SIZE:
                     return
