@@ -33,15 +33,18 @@ from __future__ import annotations
 
 import asyncio
 
+from crc32c import crc32c
+
 from broker.handlers.metadata import INTERNAL_TOPICS
-from protocol.errors import Error, KafkaError
+from protocol.errors import Error, KafkaError, ProtocolError
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import (
+    BatchIndexAndErrorMessage,
     PartitionProduceResponse,
     ProduceResponse,
     TopicProduceResponse,
 )
-from protocol.records import HEADER_SIZE, MAGIC, BatchHeader
+from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, BatchHeader, iter_records
 
 API_KEY = 0
 ADMIN_CLIENT_ID = "__admin_client"  # Kafka lets only its admin client write internal topics
@@ -105,7 +108,8 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
         return ProduceResponse(responses=topics)
 
     internal_allowed = ctx.header.client_id == ADMIN_CLIENT_ID
-    rejected = _verify_transaction(ctx, req.transactional_id, transactional) if transactional else {}
+    rejected = (_verify_transaction(ctx, req.transactional_id, transactional)
+                if transactional else {})
     waits: list[tuple[_Entry, int]] = []
     for entry in entries:
         response = entry.response
@@ -120,9 +124,13 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
             continue
         plog = entry.plog
         try:
+            if "compact" in plog.config.cleanup_policy:
+                _check_keys(entry)
             result = plog.append(entry.records, origin="client")
         except KafkaError as e:
             _fail(response, e.code, e.message)
+            if e.code == Error.INVALID_TIMESTAMP:
+                _explain_timestamps(entry, ctx.broker.clock())
             if e.code not in _NO_LOG_START:
                 response.log_start_offset = plog.log_start_offset
             failed = True
@@ -164,6 +172,48 @@ def _first_batch(records, version: int) -> tuple[BatchHeader | None, Error, str 
     return header, Error.NONE, None
 
 
+def _check_keys(entry: _Entry) -> None:
+    """Kafka's LogValidator rule for compacted topics: every record needs a key. Refuses
+    the batch with INVALID_RECORD and the index of each keyless record (v8+)."""
+    try:
+        keyless = [i for i, r in enumerate(iter_records(entry.records, entry.header))
+                   if r.key is None]
+    except ProtocolError as e:
+        if _crc_ok(entry):
+            raise KafkaError(Error.INVALID_RECORD, f"malformed records: {e}") from None
+        return  # the append reports CORRUPT_MESSAGE
+    if keyless:
+        tp = f"{entry.topic}-{entry.response.index}"
+        message = f"Compacted topic cannot accept message without key in topic partition {tp}."
+        entry.response.record_errors = [BatchIndexAndErrorMessage(i, message) for i in keyless]
+        raise KafkaError(Error.INVALID_RECORD, (
+            f"One or more records have been rejected due to {len(keyless)} record errors in "
+            f"total: {message}"))
+
+
+def _explain_timestamps(entry: _Entry, now: int) -> None:
+    """After INVALID_TIMESTAMP, name the offending records in record_errors as Kafka does
+    (decoding only on this error path)."""
+    config = entry.plog.config
+    low = now - config.message_timestamp_before_max_ms
+    high = now + config.message_timestamp_after_max_ms
+    try:
+        records = list(iter_records(entry.records, entry.header))
+    except ProtocolError:
+        return
+    entry.response.error_message = "One or more records have been rejected due to invalid timestamp"
+    entry.response.record_errors = [
+        BatchIndexAndErrorMessage(i, (
+            f"Timestamp {r.timestamp} of message with offset {i} is out of range. The timestamp "
+            f"should be within [{low}, {high}]"))
+        for i, r in enumerate(records) if r.timestamp >= 0 and not low <= r.timestamp <= high]
+
+
+def _crc_ok(entry: _Entry) -> bool:
+    header, records = entry.header, entry.records
+    return crc32c(records[ATTRIBUTES_OFFSET:header.size]) == header.crc
+
+
 def _verify_transaction(ctx, transactional_id: str, entries: list[_Entry]) -> dict[_Entry, Error]:
     """Kafka's pre-append check that each transactional partition was added to the ongoing
     transaction of ``transactional_id`` (the coordinator's verifyOnly AddPartitionsToTxn).
@@ -198,6 +248,7 @@ async def _wait_durable(waits: list[tuple[_Entry, int]], timeout_ms: int) -> Non
 
 
 def _fail(response: PartitionProduceResponse, code: Error, message: str | None) -> None:
+    """Mark the partition failed (record_errors, if any, are set by the check that failed)."""
     response.error_code = code
     response.base_offset = -1
     response.log_append_time_ms = -1

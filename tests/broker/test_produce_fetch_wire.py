@@ -441,3 +441,31 @@ def test_parked_fetch_on_a_deleted_topic(shared_broker, wire):
     shared_broker.call(delete())
     part = wire.receive().responses[0].partitions[0]
     assert part.error_code == Error.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.parametrize("compression", [0, 1])
+def test_compacted_topic_refuses_records_without_key(shared_broker, wire, compression):
+    name = f"compacted-{compression}"
+    make_topic(shared_broker, name, configs={"cleanup.policy": "compact"})
+    part = produce(wire, name, [b"a", b"b", b"c", b"d"], keys=[b"k", None, b"k", None],
+                   compression=compression)
+    assert (part.error_code, part.base_offset) == (Error.INVALID_RECORD, -1)
+    assert [e.batch_index for e in part.record_errors] == [1, 3]
+    assert "without key" in part.record_errors[0].batch_index_error_message
+    assert part.error_message
+    assert log_end(wire, name) == 0
+    assert produce(wire, name, [b"a"], keys=[b"k"], compression=compression).base_offset == 0
+
+
+def test_invalid_timestamps_name_the_records(shared_broker, wire):
+    make_topic(shared_broker, "recent-only",
+               configs={"message.timestamp.before.max.ms": "3600000"})
+    now = int(time.time() * 1000)
+    old = now - 7_200_000
+    batch = build_batch([(None, b"a", [], old), (None, b"b", [], now), (None, b"c", [], old)])
+    resp = wire.request(PRODUCE, 9, produce_request("recent-only", 0, batch))
+    part = resp.responses[0].partition_responses[0]
+    assert part.error_code == Error.INVALID_TIMESTAMP
+    assert [e.batch_index for e in part.record_errors] == [0, 2]
+    assert part.error_message == "One or more records have been rejected due to invalid timestamp"
+    assert log_end(wire, "recent-only") == 0
