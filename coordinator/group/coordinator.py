@@ -1,0 +1,357 @@
+"""The group coordinator on the broker's event loop: the async shell around the pure state.
+
+Owns ``__consumer_offsets`` (created on first use with ``offsets.topic.num.partitions``
+partitions, cleanup.policy=compact) and drives ``GroupCoordinatorShard``:
+
+- every call into the shard is followed by ``_drain``: queued records are encoded (Kafka's
+  key/value schemas, ``records.py``) into one v2 batch per write - transactional, with the
+  producer's id and epoch, for TxnOffsetCommit - appended to the group's partition with
+  origin "coordinator", and completed once durable (``PartitionLog.wait_durable``) in a task
+  of our own, so a client that disconnects cannot lose the completion;
+- timers (session/rebalance/join/sync timeouts, initial rebalance delay, offsets
+  retention check) run on ``loop.call_later``;
+- at start every existing partition is loaded in the background; requests for groups on a
+  partition still loading get COORDINATOR_LOAD_IN_PROGRESS, after ``stop`` they get
+  COORDINATOR_NOT_AVAILABLE (parked JoinGroup/SyncGroup requests get NOT_COORDINATOR).
+
+Transactions (issue 6): TxnOffsetCommit goes through ``commit_transactional_offsets``; the
+transaction coordinator completes the transaction on an offsets partition with
+``complete_transaction`` (writes the COMMIT/ABORT marker there, then makes the pending
+offsets visible or drops them), the way Kafka's WriteTxnMarkers hands
+``__consumer_offsets`` partitions to its group coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.group.config import GroupConfig
+from coordinator.group.group_manager import RequestInfo, append_error_to_response_error
+from coordinator.group.records import UnknownRecordType, decode_record, encode_record
+from coordinator.group.shard import GroupCoordinatorShard, PendingWrite
+from protocol.errors import Error, KafkaError, ProtocolError
+from protocol.records import ControlType, build_batch, build_control_batch, iter_records
+from protocol.records import parse_control_record as parse_control
+
+log = logging.getLogger("coordinator.group")
+
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+_LOAD_YIELD_BATCHES = 256
+
+
+class LoopTimer:
+    """Keyed timers on the event loop; ``after_fire`` runs after each callback."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, after_fire: Callable[[], None]) -> None:
+        self.loop = loop
+        self.after_fire = after_fire
+        self.handles: dict[str, asyncio.TimerHandle] = {}
+
+    def schedule(self, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
+        old = self.handles.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self.handles[key] = self.loop.call_later(max(delay_ms, 0) / 1000, self._fire, key, fn)
+
+    def cancel(self, key: str) -> None:
+        handle = self.handles.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def cancel_all(self) -> None:
+        for handle in self.handles.values():
+            handle.cancel()
+        self.handles.clear()
+
+    def _fire(self, key: str, fn: Callable[[], None]) -> None:
+        self.handles.pop(key, None)
+        try:
+            fn()
+        except Exception:
+            log.exception("group coordinator timer %s failed", key)
+        self.after_fire()
+
+
+class GroupCoordinator:
+    def __init__(self, log_manager, config: GroupConfig, *,
+                 clock: Callable[[], int]) -> None:
+        self.log_manager = log_manager
+        self.config = config
+        self.clock = clock
+        self.shard: GroupCoordinatorShard | None = None
+        self.timer: LoopTimer | None = None
+        self.active = False
+        self.loading: set[int] = set()
+        self._inflight: dict[int, set[asyncio.Future]] = {}
+        self._load_task: asyncio.Task | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.timer = LoopTimer(loop, self._drain)
+        info = self.log_manager.topics.get(GROUP_METADATA_TOPIC_NAME)
+        num_partitions = info.num_partitions if info is not None \
+            else self.config.offsets_topic_num_partitions
+        self.shard = GroupCoordinatorShard(self.config, self.clock, self.timer, num_partitions)
+        self.active = True
+        if info is not None:
+            self.loading = set(range(num_partitions))
+            self._load_task = loop.create_task(self._load_all(), name="semel-group-load")
+        else:
+            self.shard.schedule_cleanup()
+
+    async def stop(self) -> None:
+        """Stop serving: parked joins/syncs get NOT_COORDINATOR; writes in flight finish."""
+        if not self.active:
+            return
+        self.active = False
+        if self._load_task is not None:
+            self._load_task.cancel()
+            await asyncio.gather(self._load_task, return_exceptions=True)
+        self.shard.unload_all()
+        self.timer.cancel_all()
+        pending = [f for futures in self._inflight.values() for f in futures]
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+    async def wait_loaded(self) -> None:
+        if self._load_task is not None:
+            await asyncio.shield(self._load_task)
+
+    # -- routing ------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return self.shard.partition_for(group_id)
+
+    def check_available(self, group_id: str | None) -> Error:
+        """NONE, or the error every operation on this group answers right now."""
+        if not self.active:
+            return Error.COORDINATOR_NOT_AVAILABLE
+        if self.loading and group_id is not None and self.partition_for(group_id) in self.loading:
+            return Error.COORDINATOR_LOAD_IN_PROGRESS
+        return Error.NONE
+
+    def ensure_topic(self) -> Error:
+        """Create __consumer_offsets if needed (FindCoordinator and the first write)."""
+        if GROUP_METADATA_TOPIC_NAME in self.log_manager.topics:
+            return Error.NONE
+        try:
+            self.log_manager.create_topic(
+                GROUP_METADATA_TOPIC_NAME, self.shard.num_partitions,
+                {"cleanup.policy": "compact", "compression.type": "producer",
+                 "segment.bytes": str(self.config.offsets_topic_segment_bytes)})
+        except KafkaError as e:
+            log.error("cannot create %s: %s", GROUP_METADATA_TOPIC_NAME, e)
+            return Error.COORDINATOR_NOT_AVAILABLE
+        return Error.NONE
+
+    def _call(self, fn: Callable[..., Any], *args) -> Any:
+        try:
+            return fn(*args)
+        finally:
+            self._drain()
+
+    def _future(self) -> tuple[asyncio.Future, Callable[[Any], None]]:
+        fut = asyncio.get_running_loop().create_future()
+
+        def respond(value: Any) -> None:
+            if not fut.done():
+                fut.set_result(value)
+
+        return fut, respond
+
+    # -- operations (the handlers' API) -------------------------------------------------
+
+    async def join_group(self, info: RequestInfo, req):
+        fut, respond = self._future()
+        self._call(self.shard.group_manager.join_group, info, req, respond)
+        return await fut
+
+    async def sync_group(self, info: RequestInfo, req):
+        fut, respond = self._future()
+        self._call(self.shard.group_manager.sync_group, info, req, respond)
+        return await fut
+
+    def heartbeat(self, info: RequestInfo, req) -> Error:
+        return self._call(self.shard.group_manager.heartbeat, info, req)
+
+    def leave_group(self, info: RequestInfo, req):
+        return self._call(self.shard.group_manager.leave_group, info, req)
+
+    async def commit_offsets(self, info: RequestInfo, req):
+        """Per-topic results (OffsetCommitResponseTopic) once the commit is durable."""
+        fut, respond = self._future()
+        self._call(self.shard.offset_manager.commit_offsets, info, req, respond)
+        return await fut
+
+    async def commit_transactional_offsets(self, info: RequestInfo, req):
+        """TxnOffsetCommit: per-topic results once the pending offsets are durable."""
+        fut, respond = self._future()
+        self._call(self.shard.offset_manager.commit_transactional_offsets, info, req, respond)
+        return await fut
+
+    async def fetch_offsets(self, group_request, require_stable: bool):
+        """One OffsetFetchResponseGroup. With require_stable, commits still being written to
+        the group's partition are waited for first (Kafka runs such fetches as writes)."""
+        if require_stable:
+            partition = self.partition_for(group_request.group_id)
+            inflight = list(self._inflight.get(partition, ()))
+            if inflight:
+                await asyncio.wait(inflight)
+        return self.shard.offset_manager.fetch_offsets(group_request, require_stable)
+
+    async def delete_offsets(self, req):
+        fut, respond = self._future()
+        self._call(self.shard.offset_manager.delete_offsets, req, respond)
+        return await fut
+
+    def list_groups(self, states_filter: list[str], types_filter: list[str]):
+        return self.shard.group_manager.list_groups(states_filter, types_filter)
+
+    def describe_group(self, group_id: str):
+        return self.shard.group_manager.describe_group(group_id)
+
+    async def delete_groups(self, group_ids: list[str]):
+        fut, respond = self._future()
+        self._call(self.shard.delete_groups, group_ids, respond)
+        return await fut
+
+    async def complete_transaction(self, producer_id: int, producer_epoch: int,
+                                   coordinator_epoch: int, partition: int,
+                                   committed: bool) -> Error:
+        """Write the COMMIT/ABORT marker of ``producer_id`` to offsets partition ``partition``
+        and apply it once durable: pending offsets of that partition's groups become
+        visible (COMMIT) or are dropped (ABORT)."""
+        if not self.active:
+            return Error.COORDINATOR_NOT_AVAILABLE
+        if partition in self.loading:
+            return Error.COORDINATOR_LOAD_IN_PROGRESS
+        plog = self.log_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+        if plog is None:
+            return Error.NOT_COORDINATOR
+        batch = build_control_batch(commit=committed, producer_id=producer_id,
+                                    producer_epoch=producer_epoch,
+                                    coordinator_epoch=coordinator_epoch,
+                                    timestamp_ms=self.clock())
+        try:
+            result = plog.append(bytearray(batch), origin="coordinator")
+        except KafkaError as e:
+            return e.code
+        fut, respond = self._future()
+
+        def done(error: Error, _base: int) -> None:
+            if not error:
+                self.shard.complete_transaction(producer_id, partition, committed)
+            respond(error)
+
+        self._track(partition, plog, result.next_offset, result.base_offset, done)
+        return await asyncio.shield(fut)
+
+    # -- writes -------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        if self.shard is None:
+            return
+        for write in self.shard.take_writes():
+            self._append(write)
+
+    def _append(self, write: PendingWrite) -> None:
+        error = self.ensure_topic()
+        plog = self.log_manager.get_partition(GROUP_METADATA_TOPIC_NAME, write.partition)
+        if error or plog is None:
+            write.complete(error or Error.NOT_COORDINATOR)
+            return
+        now = self.clock()
+        records = [(*encode_record(r), None, now) for r in write.records]
+        batch = build_batch(records, producer_id=write.producer_id,
+                            producer_epoch=write.producer_epoch,
+                            is_transactional=write.transactional)
+        try:
+            result = plog.append(bytearray(batch), origin="coordinator")
+        except KafkaError as e:
+            log.warning("append to %s-%d failed: %s", GROUP_METADATA_TOPIC_NAME,
+                        write.partition, e)
+            write.complete(e.code)
+            return
+        self._track(write.partition, plog, result.next_offset, result.base_offset,
+                    write.complete)
+
+    def _track(self, partition: int, plog, next_offset: int, base_offset: int,
+               complete: Callable[[Error, int], None]) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._complete_when_durable(plog, next_offset, base_offset, complete))
+        inflight = self._inflight.setdefault(partition, set())
+        inflight.add(task)
+        task.add_done_callback(inflight.discard)
+
+    async def _complete_when_durable(self, plog, next_offset: int, base_offset: int,
+                                     complete: Callable[[Error, int], None]) -> None:
+        error = Error.NONE
+        try:
+            await plog.wait_durable(next_offset)
+        except KafkaError as e:
+            error = e.code
+        try:
+            complete(error, base_offset)
+        except Exception:
+            log.exception("group coordinator write completion failed")
+        self._drain()
+
+    # -- loading ------------------------------------------------------------------------
+
+    async def _load_all(self) -> None:
+        started = self.clock()
+        for partition in sorted(self.loading):
+            plog = self.log_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+            if plog is not None:
+                await self._load_partition(partition, plog)
+            self.loading.discard(partition)
+            self._call(self.shard.on_loaded, partition)
+        log.info("loaded %d groups from %s in %d ms", len(self.shard.group_manager.groups),
+                 GROUP_METADATA_TOPIC_NAME, self.clock() - started)
+        self.shard.schedule_cleanup()
+
+    async def _load_partition(self, partition: int, plog) -> None:
+        shard = self.shard
+        end = plog.high_watermark
+        for count, (header, data) in enumerate(
+                plog.iter_batches_from(plog.log_start_offset, with_data=True), 1):
+            if header.base_offset >= end:
+                break
+            try:
+                records = list(iter_records(data, header))
+            except ProtocolError as e:
+                log.error("%s-%d: unreadable batch at %d skipped: %s",
+                          GROUP_METADATA_TOPIC_NAME, partition, header.base_offset, e)
+                continue
+            if header.is_control:
+                for record in records:
+                    try:
+                        control_type, _epoch = parse_control(record)
+                    except ProtocolError:
+                        continue
+                    if control_type in (ControlType.COMMIT, ControlType.ABORT):
+                        shard.complete_transaction(header.producer_id, partition,
+                                                   control_type == ControlType.COMMIT)
+            else:
+                producer_id = header.producer_id if header.is_transactional else -1
+                for record in records:
+                    try:
+                        parsed = decode_record(record.key, record.value)
+                    except UnknownRecordType:
+                        continue
+                    except ProtocolError as e:
+                        log.error("%s-%d: unreadable record at %d skipped: %s",
+                                  GROUP_METADATA_TOPIC_NAME, partition, record.offset, e)
+                        continue
+                    shard.replay(parsed, record.offset, producer_id)
+            if count % _LOAD_YIELD_BATCHES == 0:
+                await asyncio.sleep(0)
+
+
+__all__ = ["GROUP_METADATA_TOPIC_NAME", "GroupCoordinator", "LoopTimer", "RequestInfo",
+           "append_error_to_response_error"]

@@ -1,0 +1,194 @@
+"""The group coordinator's state: groups and offsets of every ``__consumer_offsets`` partition.
+
+Pure (Kafka's GroupCoordinatorShard, for all partitions at once): the group and offset
+managers share one clock, one keyed timer and one outbox. Every record the state wants in
+``__consumer_offsets`` is queued in ``writes`` as a ``PendingWrite`` (partition, records,
+producer id/epoch for transactional offset commits, ``on_done(error, base_offset)``); the
+async shell drains the outbox after each call, appends, waits for durability and completes
+the write. Tests drain it by hand, so success and failure paths run without a log.
+
+A group lives on partition ``abs(java_hash(group_id)) % partitions`` (Kafka's
+``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from coordinator.group.config import GroupConfig
+from coordinator.group.group_manager import (
+    GroupMetadataManager,
+    WriteDone,
+    append_error_to_response_error,
+)
+from coordinator.group.offset_manager import OffsetMetadataManager
+from coordinator.group.records import (
+    CoordinatorRecord,
+    GroupMetadataKey,
+    OffsetCommitKey,
+)
+from coordinator.group.timer import Timer
+from protocol.errors import Error, KafkaError
+from protocol.messages.delete_groups_response import DeletableGroupResult
+
+log = logging.getLogger("coordinator.group")
+
+CLEANUP_KEY = "cleanup-group-metadata"
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units, wrapping int32)."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+@dataclass(slots=True)
+class PendingWrite:
+    partition: int
+    records: list[CoordinatorRecord]
+    on_done: WriteDone | None = None
+    producer_id: int = -1
+    producer_epoch: int = -1
+    group_id: str = ""
+    result: tuple[Error, int] | None = field(default=None)
+
+    @property
+    def transactional(self) -> bool:
+        return self.producer_id >= 0
+
+    def complete(self, error: Error = Error.NONE, base_offset: int = -1) -> None:
+        if self.result is not None:
+            raise AssertionError("write completed twice")
+        self.result = (error, base_offset)
+        if self.on_done is not None:
+            self.on_done(error, base_offset)
+
+
+class GroupCoordinatorShard:
+    def __init__(self, config: GroupConfig, clock: Callable[[], int], timer: Timer,
+                 num_partitions: int | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.timer = timer
+        self.num_partitions = num_partitions or config.offsets_topic_num_partitions
+        self.writes: list[PendingWrite] = []
+        self.group_manager = GroupMetadataManager(config, clock, timer, self._write)
+        self.offset_manager = OffsetMetadataManager(config, clock, self.group_manager,
+                                                    self._write)
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def _write(self, group_id: str, records: list[CoordinatorRecord],
+               on_done: WriteDone | None, txn: tuple[int, int] | None = None) -> None:
+        producer_id, producer_epoch = txn if txn is not None else (-1, -1)
+        self.writes.append(PendingWrite(self.partition_for(group_id), records, on_done,
+                                        producer_id, producer_epoch, group_id))
+
+    def take_writes(self) -> list[PendingWrite]:
+        writes, self.writes = self.writes, []
+        return writes
+
+    def group_ids_in(self, partition: int) -> list[str]:
+        return [g for g in self.group_manager.groups if self.partition_for(g) == partition]
+
+    # -- DeleteGroups -------------------------------------------------------------------
+
+    def delete_groups(self, group_ids: list[str],
+                      respond: Callable[[list[DeletableGroupResult]], None]) -> None:
+        results: dict[str, DeletableGroupResult] = {}
+        waiting: set[str] = set()
+
+        def finish() -> None:
+            respond(list(results.values()))
+
+        for group_id in group_ids:
+            if group_id in results:
+                continue
+            try:
+                self.group_manager.validate_delete_group(group_id)
+            except KafkaError as e:
+                results[group_id] = DeletableGroupResult(group_id, e.code)
+                continue
+            records: list[CoordinatorRecord] = []
+            deleted = self.offset_manager.delete_all_offsets(group_id, records)
+            records.append(CoordinatorRecord(GroupMetadataKey(group_id), None))
+            self.offset_manager.store.delete_group(group_id)
+            self.group_manager.remove_group(group_id)
+            log.info("group %s deleted with %d offsets", group_id, deleted)
+            result = results[group_id] = DeletableGroupResult(group_id, Error.NONE)
+            waiting.add(group_id)
+
+            def done(error: Error, _base: int, result=result, group_id=group_id) -> None:
+                if error:
+                    result.error_code = append_error_to_response_error(error)
+                waiting.discard(group_id)
+                if not waiting:
+                    finish()
+
+            self._write(group_id, records, done)
+        if not waiting:
+            finish()
+
+    # -- offsets retention --------------------------------------------------------------
+
+    def schedule_cleanup(self) -> None:
+        self.timer.schedule(CLEANUP_KEY, self.config.offsets_retention_check_interval_ms,
+                            self.cleanup_group_metadata)
+
+    def cleanup_group_metadata(self) -> int:
+        """Expire offsets and drop empty groups without offsets; reschedules itself.
+        Returns the number of tombstones written."""
+        by_group: dict[str, list[CoordinatorRecord]] = {}
+        for group_id in list(self.group_manager.groups):
+            records: list[CoordinatorRecord] = []
+            if self.offset_manager.cleanup_expired_offsets(group_id, records):
+                group = self.group_manager.groups[group_id]
+                if group.is_empty:
+                    records.append(CoordinatorRecord(GroupMetadataKey(group_id), None))
+                    self.group_manager.remove_group(group_id)
+            if records:
+                by_group[group_id] = records
+        count = 0
+        for group_id, records in by_group.items():
+            count += len(records)
+            self._write(group_id, records, None)
+        if count:
+            log.info("offsets cleanup wrote %d tombstones", count)
+        self.schedule_cleanup()
+        return count
+
+    # -- loading and transaction markers ------------------------------------------------
+
+    def replay(self, record: CoordinatorRecord, record_offset: int,
+               producer_id: int = -1) -> None:
+        if isinstance(record.key, OffsetCommitKey):
+            self.offset_manager.replay_offset_commit(record.key, record.value, record_offset,
+                                                     producer_id)
+        else:
+            self.group_manager.replay_group_metadata(record.key, record.value)
+
+    def complete_transaction(self, producer_id: int, partition: int, committed: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` is durable on ``partition``."""
+        groups = {g for g in self.offset_manager.store.pending.get(producer_id, {})
+                  if self.partition_for(g) == partition}
+        self.offset_manager.complete_transaction(producer_id, groups, committed)
+
+    def on_loaded(self, partition: int) -> None:
+        self.group_manager.on_loaded(self.group_ids_in(partition))
+
+    def unload_all(self) -> None:
+        self.group_manager.unload(list(self.group_manager.groups))
+        self.timer.cancel(CLEANUP_KEY)
