@@ -35,7 +35,7 @@ class _Slot:
 
     def __init__(self, size: int) -> None:
         self.done = False
-        self.data: bytes | bytearray | None = None
+        self.data: list | None = None  # the response frame's buffers
         self.size = size
 
 
@@ -119,7 +119,7 @@ class Connection(asyncio.Protocol):
             slot = slots.popleft()
             self.pending_bytes -= slot.size
             if slot.data is not None and not self.closed:
-                transport.write(slot.data)
+                transport.writelines(slot.data)
         self.last_active = self.broker.monotonic_ms()
         self._update_reading()
 

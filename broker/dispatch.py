@@ -20,6 +20,7 @@ from broker.handlers import HANDLERS
 from protocol import api
 from protocol.errors import Error, KafkaError, ProtocolError
 from protocol.frame import encode_response_header, parse_request_header, peek_api_key_version
+from protocol.primitives import FrameBuilder
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -44,8 +45,9 @@ class Dispatcher:
         self.supported = advertised_versions()
         self.metrics = broker.metrics
 
-    async def dispatch(self, frame: memoryview, client_host: str) -> bytearray | None:
-        """The whole response frame (size prefix included), or None when none is sent."""
+    async def dispatch(self, frame: memoryview, client_host: str) -> list | None:
+        """The response frame (size prefix included) as buffers for ``writelines``, or None
+        when no response is sent (acks=0). Large fetched records are not copied into it."""
         api_key, version, correlation_id = peek_api_key_version(frame)
         handler = HANDLERS.get(api_key)
         if handler is None:
@@ -70,13 +72,12 @@ class Dispatcher:
             response = handler.error_response(request, e.code)
         if response is None:  # acks=0 produce
             return None
-        out = bytearray(4)  # size, filled in below
+        out = FrameBuilder(4)  # size prefix, filled in by chunks()
         out += encode_response_header(correlation_id, api.response_header_version(api_key, version))
         api.codec(api_key, "response").encode(version, response, out)
-        _SIZE.pack_into(out, 0, len(out) - 4)
         if self.metrics is not None:
             self.metrics.observe_request(api_key, time.perf_counter() - started)
-        return out
+        return out.chunks()
 
     def _unsupported_api_versions(self, correlation_id: int) -> bytes:
         from broker.handlers import api_versions  # noqa: PLC0415
@@ -86,4 +87,4 @@ class Dispatcher:
         out += encode_response_header(correlation_id, 0)
         api.codec(API_VERSIONS, "response").encode(0, response, out)
         _SIZE.pack_into(out, 0, len(out) - 4)
-        return out
+        return [out]

@@ -223,7 +223,10 @@ def write_nullable_bytes(out: bytearray, b: bytes | None) -> None:
         out += b"\xff\xff\xff\xff"
     else:
         out += INT32.pack(len(b))
-        out += b
+        if len(b) >= ATTACH_MIN and out.__class__ is FrameBuilder:
+            out.attach(b)
+        else:
+            out += b
 
 
 def write_compact_bytes(out: bytearray, b: bytes) -> None:
@@ -238,7 +241,46 @@ def write_compact_nullable_bytes(out: bytearray, b: bytes | None) -> None:
         out.append(0)
     else:
         write_uvarint(out, len(b) + 1)
-        out += b
+        if len(b) >= ATTACH_MIN and out.__class__ is FrameBuilder:
+            out.attach(b)
+        else:
+            out += b
+
+
+# Records values at least this large are attached to a FrameBuilder by reference.
+ATTACH_MIN = 32768
+
+
+class FrameBuilder(bytearray):
+    """An outgoing frame being encoded, for ``transport.writelines``.
+
+    Small fields are appended in place like any bytearray; large records values (fetched
+    log data) are attached by reference as separate chunks, so they are never copied into
+    the frame. ``chunks()`` closes the frame: the pieces in order, their total length, and
+    the int32 size prefix (the builder's first 4 bytes, reserved by the caller) filled in.
+    """
+
+    __slots__ = ("_chunks",)
+
+    def attach(self, data) -> None:
+        try:
+            chunks = self._chunks
+        except AttributeError:
+            self._chunks = chunks = []
+        chunks.append(bytes(self))
+        chunks.append(data)
+        del self[:]
+
+    def chunks(self) -> list:
+        pieces = getattr(self, "_chunks", None)
+        if pieces is None:
+            INT32.pack_into(self, 0, len(self) - 4)
+            return [self]
+        pieces.append(bytes(self))
+        head = bytearray(pieces[0])
+        INT32.pack_into(head, 0, sum(len(p) for p in pieces) - 4)
+        pieces[0] = head
+        return pieces
 
 
 # ---- arrays ----------------------------------------------------------------------------

@@ -76,7 +76,7 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    records: bytes  # whole batches, possibly empty
+    records: bytes | memoryview  # whole batches, possibly empty
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -538,7 +538,7 @@ class PartitionLog:
 
     def _read_range(
         self, fetch_offset: int, bound: int, max_bytes: int, min_one_batch: bool
-    ) -> bytes:
+    ) -> bytes | memoryview:
         segments = self._segments
         i = self._segment_index(fetch_offset)
         while i < len(segments):
@@ -559,7 +559,7 @@ class PartitionLog:
                 return segment.read(position, available)
             data = segment.read(position, limit)
             cut = _whole_batches_end(data)
-            return data[:cut] if cut < len(data) else data
+            return memoryview(data)[:cut] if cut < len(data) else data  # no copy of the cut
         return b""
 
     def _bound_position(self, bound: int, index: int, start: int) -> int:
