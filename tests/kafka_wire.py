@@ -146,8 +146,9 @@ def fetch_request(partitions: list[tuple[str, int, int]], *, max_wait_ms: int = 
                   min_bytes: int = 1, max_bytes: int = 50 * 1024 * 1024,
                   partition_max_bytes: int = 1024 * 1024, isolation_level: int = 0,
                   topic_ids: dict[str, object] | None = None, session_id: int = 0,
-                  session_epoch: int = -1):
-    """A fetch of ``(topic, partition, offset)``; with ``topic_ids`` topics go by id (v13+)."""
+                  session_epoch: int = -1, forgotten: list[tuple[str, int]] = ()):
+    """A fetch of ``(topic, partition, offset)``; with ``topic_ids`` topics go by id (v13+).
+    ``forgotten`` lists ``(topic, partition)`` an incremental fetch drops from its session."""
     topics: dict[str, list] = {}
     for topic, partition, offset in partitions:
         topics.setdefault(topic, []).append(message(
@@ -158,9 +159,17 @@ def fetch_request(partitions: list[tuple[str, int, int]], *, max_wait_ms: int = 
         kw = {"topic_id": topic_ids[topic]} if topic_ids and topic in topic_ids else {}
         fetch_topics.append(message(FETCH, "request", "FetchTopic", topic=topic,
                                     partitions=parts, **kw))
+    dropped: dict[str, list[int]] = {}
+    for topic, partition in forgotten:
+        dropped.setdefault(topic, []).append(partition)
+    forgotten_topics = [
+        message(FETCH, "request", "ForgottenTopic", topic=topic, partitions=parts,
+                **({"topic_id": topic_ids[topic]} if topic_ids and topic in topic_ids else {}))
+        for topic, parts in dropped.items()]
     return message(FETCH, "request", replica_id=-1, max_wait_ms=max_wait_ms,
                    min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level,
-                   session_id=session_id, session_epoch=session_epoch, topics=fetch_topics)
+                   session_id=session_id, session_epoch=session_epoch, topics=fetch_topics,
+                   forgotten_topics_data=forgotten_topics)
 
 
 def list_offsets_request(topic: str, partition: int, timestamp: int, *,

@@ -1,9 +1,9 @@
 """Fetch (key 1), v4-17.
 
-Reads whole record batches, exactly as stored, from each requested partition, starting at
-the batch that holds ``fetch_offset`` and ending before the upper bound: the high watermark
-(read_uncommitted). Every partition answer carries high_watermark, last_stable_offset and
-log_start_offset; errors carry -1 there, as Kafka's do.
+Reads whole record batches, exactly as stored, from each partition, starting at the batch
+that holds ``fetch_offset`` and ending before the high watermark (read_uncommitted).
+Successful partitions carry high_watermark, last_stable_offset and log_start_offset;
+errors carry -1 there, as Kafka's do.
 
 - Isolation: read_committed (isolation_level 1) reads up to the log's last stable offset
   (``_upper_bound``) and returns the aborted transactions overlapping the data, or an
@@ -17,16 +17,18 @@ log_start_offset; errors carry -1 there, as Kafka's do.
 - Long poll: with fewer than min_bytes found, no read error and max_wait_ms > 0, the fetch
   parks on ``broker.fetch_waiters`` (woken when a fetched partition's high watermark moves)
   and reads again, until min_bytes are there or max_wait_ms has passed.
-- Errors per partition: UNKNOWN_TOPIC_OR_PARTITION; UNKNOWN_TOPIC_ID (v13+, topics by id);
-  OFFSET_OUT_OF_RANGE outside [log_start_offset, log_end_offset]; FENCED_LEADER_EPOCH /
-  UNKNOWN_LEADER_EPOCH for a current_leader_epoch other than 0; NOT_LEADER_OR_FOLLOWER for
-  follower fetches (replica id >= 0: this node has no followers); KAFKA_STORAGE_ERROR
-  (NOT_LEADER_OR_FOLLOWER before v6, as Kafka down-converts it).
-- Fetch sessions (KIP-227): every full fetch (session epoch -1 or 0) is served sessionless
-  and answered with session_id 0, which tells clients no session was created (Kafka does
-  the same when its session cache is full); clients then keep sending full fetches. An
-  incremental fetch (epoch > 0) names a session this broker never created:
-  FETCH_SESSION_ID_NOT_FOUND.
+- Fetch sessions (KIP-227, v7+, ``broker.fetch_session``): epoch 0 opens a session and
+  answers its id (0 when the cache is full); epochs 1, 2, ... read every partition of the
+  session and answer only the changed ones; epoch -1 is a sessionless full fetch. Unknown
+  session: FETCH_SESSION_ID_NOT_FOUND; wrong epoch (also a session whose epoch moved while
+  this fetch waited): INVALID_FETCH_SESSION_EPOCH; topic ids used or not unlike the
+  session's: FETCH_SESSION_TOPIC_ID_ERROR.
+- Errors per partition: UNKNOWN_TOPIC_OR_PARTITION (also a topic deleted while the fetch
+  waited); UNKNOWN_TOPIC_ID (v13+, topics by id); OFFSET_OUT_OF_RANGE outside
+  [log_start_offset, log_end_offset]; FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a
+  current_leader_epoch other than 0; NOT_LEADER_OR_FOLLOWER for follower fetches (replica
+  id >= 0: this node has no followers); KAFKA_STORAGE_ERROR (NOT_LEADER_OR_FOLLOWER before
+  v6, as Kafka down-converts it).
 - preferred_read_replica is always -1; diverging_epoch, current_leader, snapshot_id and
   node_endpoints are never set.
 """
@@ -34,10 +36,21 @@ log_start_offset; errors carry -1 there, as Kafka's do.
 from __future__ import annotations
 
 import asyncio
+from uuid import UUID
 
+from broker.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+    PartitionKey,
+    next_epoch,
+    sessions_of,
+)
 from broker.handlers._partitions import check_leader_epoch
 from protocol.errors import Error, KafkaError
-from protocol.messages.fetch_request import FetchPartition, FetchRequest
+from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import (
     FetchableTopicResponse,
     FetchResponse,
@@ -46,39 +59,134 @@ from protocol.messages.fetch_response import (
 
 API_KEY = 1
 READ_COMMITTED = 1
-FINAL_EPOCH = -1
-INITIAL_EPOCH = 0
 TOPIC_IDS_VERSION = 13
 
 
 class _Read:
-    """A partition the fetch reads: its request entry, log and (re)built answer."""
+    """One partition the fetch answers: what to read, its log (None after a lookup error)
+    and its answer."""
 
-    __slots__ = ("log", "request", "response")
+    __slots__ = ("current_leader_epoch", "fetch_offset", "key", "log", "max_bytes",
+                 "response", "topic", "topic_id")
 
-    def __init__(self, request: FetchPartition, log, response: PartitionData) -> None:
-        self.request = request
-        self.log = log
-        self.response = response
+    def __init__(self, key: PartitionKey, topic: str | None, topic_id: UUID, partition: int,
+                 fetch_offset: int, max_bytes: int, current_leader_epoch: int) -> None:
+        self.key = key
+        self.topic = topic
+        self.topic_id = topic_id
+        self.fetch_offset = fetch_offset
+        self.max_bytes = max_bytes
+        self.current_leader_epoch = current_leader_epoch
+        self.log = None
+        self.response = PartitionData(partition_index=partition)
 
 
 async def handle(ctx, req: FetchRequest) -> FetchResponse:
-    if req.session_epoch not in (FINAL_EPOCH, INITIAL_EPOCH):
-        return FetchResponse(error_code=Error.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
-    version = ctx.api_version
-    topics, reads = _resolve(ctx.log_manager, req, version)
-    if not reads:
-        return FetchResponse(responses=topics)
+    by_id = ctx.api_version >= TOPIC_IDS_VERSION
+    cache = sessions_of(ctx.broker)
+    epoch = req.session_epoch
+    session: FetchSession | None = None
+    if epoch in (FINAL_EPOCH, INITIAL_EPOCH):
+        if req.session_id != INVALID_SESSION_ID:
+            cache.remove(req.session_id)  # a full fetch closes the session it names
+        reads = _requested(req, by_id)
+    else:
+        session = cache.get(req.session_id)
+        if session is None:
+            return FetchResponse(error_code=Error.FETCH_SESSION_ID_NOT_FOUND)
+        if session.epoch != epoch:
+            return FetchResponse(error_code=Error.INVALID_FETCH_SESSION_EPOCH)
+        if session.uses_topic_ids != by_id:
+            return FetchResponse(error_code=Error.FETCH_SESSION_TOPIC_ID_ERROR)
+        reads = _requested(req, by_id)
+        session.update([(r.key, _cached(r, sent=False)) for r in reads], _forgotten(req, by_id))
+        if not session.partitions:
+            cache.remove(session.id)
+            session = None
+        else:
+            cache.touch(session, ctx.broker.monotonic_ms())
+            session.epoch = next_epoch(epoch)
+            reads = [_Read(key, cp.topic, cp.topic_id, cp.partition, cp.fetch_offset,
+                           cp.max_bytes, cp.current_leader_epoch)
+                     for key, cp in session.partitions.items()]
+    expected_epoch = session.epoch if session is not None else None
 
+    _resolve(ctx.log_manager, reads, req)
+    await _read_until_ready(ctx, reads, req)
+
+    if session is not None:  # incremental
+        if cache.get(session.id) is not session or session.epoch != expected_epoch:
+            return FetchResponse(error_code=Error.INVALID_FETCH_SESSION_EPOCH,
+                                 session_id=session.id)
+        return FetchResponse(session_id=session.id,
+                             responses=_grouped(_changed(session, reads), by_id))
+    session_id = INVALID_SESSION_ID
+    if epoch == INITIAL_EPOCH:
+        session_id = cache.create({r.key: _cached(r) for r in reads}, by_id,
+                                  ctx.broker.monotonic_ms())
+    return FetchResponse(session_id=session_id, responses=_grouped(reads, by_id))
+
+
+def _requested(req: FetchRequest, by_id: bool) -> list[_Read]:
+    reads = []
+    for topic in req.topics:
+        name = None if by_id else topic.topic
+        for fp in topic.partitions:
+            key = (topic.topic_id if by_id else topic.topic, fp.partition)
+            reads.append(_Read(key, name, topic.topic_id, fp.partition, fp.fetch_offset,
+                               fp.partition_max_bytes, fp.current_leader_epoch))
+    return reads
+
+
+def _forgotten(req: FetchRequest, by_id: bool) -> list[PartitionKey]:
+    return [(t.topic_id if by_id else t.topic, p)
+            for t in req.forgotten_topics_data for p in t.partitions]
+
+
+def _cached(read: _Read, *, sent: bool = True) -> CachedPartition:
+    """The session entry for ``read``; with ``sent``, remembering the answer sent for it."""
+    cached = CachedPartition(read.topic, read.topic_id, read.response.partition_index,
+                             read.fetch_offset, read.max_bytes, read.current_leader_epoch)
+    if sent:
+        cached.high_watermark = read.response.high_watermark
+        cached.log_start_offset = read.response.log_start_offset
+    return cached
+
+
+def _resolve(log_manager, reads: list[_Read], req: FetchRequest) -> None:
+    """Find each partition's log; the ones that do not exist get their error now."""
+    follower = req.replica_id >= 0 or req.replica_state.replica_id >= 0
+    for read in reads:
+        if read.topic is None:  # by id
+            info = log_manager.topic_by_id(read.topic_id)
+            if info is None:
+                _fail(read.response, Error.UNKNOWN_TOPIC_ID)
+                continue
+            read.topic = info.name
+        plog = log_manager.get_partition(read.topic, read.response.partition_index)
+        if plog is None:
+            _fail(read.response, Error.UNKNOWN_TOPIC_OR_PARTITION)
+        elif follower:
+            _fail(read.response, Error.NOT_LEADER_OR_FOLLOWER)
+        else:
+            read.log = plog
+
+
+async def _read_until_ready(ctx, reads: list[_Read], req: FetchRequest) -> None:
+    """Read, and while fewer than min_bytes came back, wait for new data (max_wait_ms)."""
+    readable = [r for r in reads if r.log is not None]
+    if not readable:
+        return
+    version = ctx.api_version
     loop = asyncio.get_running_loop()
     deadline = loop.time() + req.max_wait_ms / 1000
-    keys = [(r.log.topic_partition.topic, r.log.topic_partition.partition) for r in reads]
+    keys = [(r.log.topic_partition.topic, r.log.topic_partition.partition) for r in readable]
     waiters = ctx.broker.fetch_waiters
     while True:
-        size, read_error = _read_all(reads, req, version)
+        size, read_error = _read_all(readable, req, version)
         remaining = deadline - loop.time()
         if size >= req.min_bytes or read_error or remaining <= 0:
-            return FetchResponse(responses=topics)
+            return
         woken = waiters.register(keys)
         try:
             await asyncio.wait_for(woken, remaining)
@@ -86,61 +194,27 @@ async def handle(ctx, req: FetchRequest) -> FetchResponse:
             pass
 
 
-def _resolve(log_manager, req: FetchRequest, version: int):
-    """The response skeleton, and the partitions that exist (the others get their error)."""
-    by_id = version >= TOPIC_IDS_VERSION
-    follower = req.replica_id >= 0 or req.replica_state.replica_id >= 0
-    topics: list[FetchableTopicResponse] = []
-    reads: list[_Read] = []
-    for topic in req.topics:
-        name = topic.topic
-        missing = Error.NONE
-        if by_id:
-            info = log_manager.topic_by_id(topic.topic_id)
-            if info is None:
-                missing = Error.UNKNOWN_TOPIC_ID
-            else:
-                name = info.name
-        partitions: list[PartitionData] = []
-        topics.append(FetchableTopicResponse(topic=name, topic_id=topic.topic_id,
-                                             partitions=partitions))
-        for fp in topic.partitions:
-            response = PartitionData(partition_index=fp.partition)
-            partitions.append(response)
-            if missing:
-                _fail(response, missing)
-                continue
-            plog = log_manager.get_partition(name, fp.partition)
-            if plog is None:
-                _fail(response, Error.UNKNOWN_TOPIC_OR_PARTITION)
-            elif follower:
-                _fail(response, Error.NOT_LEADER_OR_FOLLOWER)
-            else:
-                reads.append(_Read(fp, plog, response))
-    return topics, reads
-
-
 def _read_all(reads: list[_Read], req: FetchRequest, version: int) -> tuple[int, bool]:
-    """Read every partition in request order within the size limits; returns the record
-    bytes read and whether any partition failed."""
+    """Read every partition in order within the size limits; returns the record bytes read
+    and whether any partition failed."""
     limit = req.max_bytes
     min_one_batch = True
     total = 0
     read_error = False
     read_committed = req.isolation_level == READ_COMMITTED
     for read in reads:
-        fp, plog, response = read.request, read.log, read.response
+        plog, response = read.log, read.response
         if plog.closed:  # its topic was deleted while the fetch waited
             _fail(response, Error.UNKNOWN_TOPIC_OR_PARTITION)
             read_error = True
             continue
-        error = check_leader_epoch(fp.current_leader_epoch, plog.leader_epoch)
+        error = check_leader_epoch(read.current_leader_epoch, plog.leader_epoch)
         if error:
             _fail(response, error)
             read_error = True
             continue
         try:
-            result = plog.read(fp.fetch_offset, max(0, min(fp.partition_max_bytes, limit)),
+            result = plog.read(read.fetch_offset, max(0, min(read.max_bytes, limit)),
                                upper_bound=_upper_bound(plog, read_committed),
                                min_one_batch=min_one_batch)
         except KafkaError as e:
@@ -173,6 +247,36 @@ def _upper_bound(plog, read_committed: bool) -> int:
     return plog.last_stable_offset if read_committed else plog.high_watermark
 
 
+def _changed(session: FetchSession, reads: list[_Read]) -> list[_Read]:
+    """The partitions an incremental response must carry; those with records move to the
+    end of the session order."""
+    changed = []
+    for read in reads:
+        cached = session.partitions[read.key]
+        if read.topic is not None:
+            cached.topic = read.topic
+        r = read.response
+        size = len(r.records) if r.records else 0
+        if cached.must_respond(r.error_code, size, r.high_watermark, r.log_start_offset):
+            changed.append(read)
+            if size:
+                session.rotate_to_end(read.key)
+    return changed
+
+
+def _grouped(reads: list[_Read], by_id: bool) -> list[FetchableTopicResponse]:
+    """Consecutive partitions of one topic share a topic entry, as in Kafka's responses."""
+    topics: list[FetchableTopicResponse] = []
+    last = None
+    for read in reads:
+        ident = read.topic_id if by_id else read.topic
+        if not topics or ident != last:
+            topics.append(FetchableTopicResponse(topic=read.topic or "", topic_id=read.topic_id))
+            last = ident
+        topics[-1].partitions.append(read.response)
+    return topics
+
+
 def _fail(response: PartitionData, code: Error) -> None:
     response.error_code = code
     response.high_watermark = -1
@@ -183,4 +287,4 @@ def _fail(response: PartitionData, code: Error) -> None:
 
 
 def error_response(req: FetchRequest, code: Error) -> FetchResponse:
-    return FetchResponse(error_code=code, session_id=0)
+    return FetchResponse(error_code=code, session_id=INVALID_SESSION_ID)

@@ -22,9 +22,10 @@ at the first batch header, the log validates and rewrites the batches in place.
 - Transactional batches: without a transactional_id the whole request fails with
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; transactional batches from more than one producer
   id fail it with INVALID_PRODUCER_ID_MAPPING. Kafka then has the transaction coordinator
-  verify that each such partition is part of an ongoing transaction (KIP-890); the
-  coordinator does not run yet, so no transactional id is known and those partitions get
-  its answer for an unknown id, INVALID_PRODUCER_ID_MAPPING (``_verify_transaction``).
+  verify that each such partition is part of an ongoing transaction (KIP-890; skipped
+  when transaction.partition.verification.enable is false); the coordinator does not run
+  yet, so no transactional id is known and those partitions get its answer for an unknown
+  id, INVALID_PRODUCER_ID_MAPPING (``_verify_transaction``).
 - v10+: current_leader and node_endpoints only accompany NOT_LEADER_OR_FOLLOWER, which a
   single node never returns.
 """
@@ -108,8 +109,9 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
         return ProduceResponse(responses=topics)
 
     internal_allowed = ctx.header.client_id == ADMIN_CLIENT_ID
-    rejected = (_verify_transaction(ctx, req.transactional_id, transactional)
-                if transactional else {})
+    rejected = {}
+    if transactional and ctx.config.transaction_partition_verification_enable:
+        rejected = _verify_transaction(ctx, req.transactional_id, transactional)
     waits: list[tuple[_Entry, int]] = []
     for entry in entries:
         response = entry.response

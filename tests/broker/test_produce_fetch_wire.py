@@ -309,16 +309,6 @@ def test_leader_epoch_checks(wire, topic):
         assert wire.request(FETCH, 12, req).responses[0].partitions[0].error_code == expected
 
 
-def test_fetch_sessions_are_not_created(wire, topic):
-    produce(wire, topic, [b"a"])
-    full = wire.request(FETCH, 12, fetch_request([(topic, 0, 0)], session_epoch=0))
-    assert (full.error_code, full.session_id) == (Error.NONE, 0)
-    assert decode_records(full.responses[0].partitions[0].records)
-    incremental = wire.request(FETCH, 12, fetch_request([], session_id=1234, session_epoch=1))
-    assert incremental.error_code == Error.FETCH_SESSION_ID_NOT_FOUND
-    assert incremental.responses == []
-
-
 def test_size_limits_return_whole_batches(shared_broker, wire):
     make_topic(shared_broker, "sizes", partitions=2)
     for p in (0, 1):
@@ -469,3 +459,18 @@ def test_invalid_timestamps_name_the_records(shared_broker, wire):
     assert [e.batch_index for e in part.record_errors] == [0, 2]
     assert part.error_message == "One or more records have been rejected due to invalid timestamp"
     assert log_end(wire, "recent-only") == 0
+
+
+def test_transactional_batches_without_verification_are_appended(tmp_path):
+    overrides = {"transaction.partition.verification.enable": "false"}
+    with BrokerThread(tmp_path / "unverified", overrides) as b:
+        make_topic(b, "txn")
+        batch = records_batch([b"t"], is_transactional=True, producer_id=1000,
+                              producer_epoch=0, base_sequence=0)
+        with KafkaWire.connect(b.bootstrap) as w:
+            resp = w.request(PRODUCE, 9, produce_request("txn", 0, batch,
+                                                         transactional_id="txn-1"))
+            assert resp.responses[0].partition_responses[0].error_code == Error.NONE
+            resp = w.request(PRODUCE, 9, produce_request("txn", 0, batch))
+            assert resp.responses[0].partition_responses[0].error_code == (
+                Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from broker.fetch_session import sessions_of
 from broker.testing import BrokerThread
 from tests.javaclient import produced_key, produced_value, run_java
 from tests.kafka_wire import make_topic
@@ -273,3 +274,31 @@ def librdkafka_version(client: str) -> tuple[int, ...]:
         text = subprocess.run([_kcat(), "-V"], check=True, capture_output=True,
                               text=True).stdout.split("librdkafka", 1)[1]
     return tuple(int(x) for x in re.search(r"(\d+)\.(\d+)\.(\d+)", text).groups())
+
+
+def test_java_consumer_over_many_partitions_uses_fetch_sessions(shared_broker):
+    """The Java consumer fetches through an incremental fetch session (KIP-227): 8
+    partitions, keyed records spread by the default partitioner, all read back."""
+    make_topic(shared_broker, "java-sessions", partitions=8)
+    bootstrap = shared_broker.bootstrap
+    produced = run_java("produce", "--bootstrap", bootstrap, "--topic", "java-sessions",
+                        "--count", N, "--key-prefix", KEY_PREFIX, "--idempotent", "false",
+                        timeout=TIMEOUT_S * 2)[-1]
+    assert produced["acked"] == N
+    cache = sessions_of(shared_broker.broker)
+    created, closed = cache.created, len(cache)
+    records = [r for r in run_java("consume", "--bootstrap", bootstrap, "--topic",
+                                   "java-sessions", "--count", N, "--from-beginning",
+                                   "--timeout-ms", TIMEOUT_S * 1000, timeout=TIMEOUT_S * 2)
+               if r["type"] == "record"]
+    assert cache.created > created  # it opened a session
+    assert len(cache) == closed  # and closed it when it was done (epoch -1)
+    assert sorted(int(r["key"].split("-")[1]) for r in records) == list(range(N))
+    by_partition: dict[int, list[int]] = {}
+    for r in records:
+        by_partition.setdefault(r["partition"], []).append(r["offset"])
+    assert len(by_partition) == 8
+    for offsets in by_partition.values():
+        assert offsets == list(range(len(offsets)))
+    assert {p: s["count"] for p, s in produced["partitions"].items()} == {
+        str(p): len(o) for p, o in by_partition.items()}
