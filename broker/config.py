@@ -286,7 +286,7 @@ class BrokerConfig:
         semel="semel's own key; off: INVALID_REPLICATION_FACTOR as in Kafka",
     )
     auto_create_topics_enable: bool = _bool(
-        True, "Create a topic when a client asks for metadata or produces to it."
+        True, "Create a topic when a client asks for its metadata (never on produce, as in Kafka 4)."
     )
     delete_topic_enable: bool = _bool(True, "Allow DeleteTopics.")
     log_segment_bytes: int = _int(1073741824, "Size at which a segment is rolled.", lo=14)
