@@ -15,8 +15,12 @@ Files in `<data_dir>/`:
 
 Background tasks started by `start()`: the flusher (group commit: one fsync per dirty
 partition per round in an executor thread, then high watermarks advance, waiters resolve and
-`on_high_watermark(partition_log)` is called) and the retention check every
-`retention_check_interval_ms`. Topic operations are synchronous and run on the event loop.
+`on_high_watermark(partition_log)` is called), the retention check every
+`retention_check_interval_ms`, and the producer-id expiration check every
+`producer_id_expiration_check_interval_ms` (forgets producers idle for
+`producer_id_expiration_ms`, then writes a producer snapshot for every partition whose state
+moved since its last one: the periodic snapshot that bounds replay after a crash). Topic
+operations are synchronous and run on the event loop.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from protocol.errors import Error, KafkaError
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
 from storage.partition_log import PartitionLog, partition_dir_name
+from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from storage.recovery import open_partition_log
 from storage.topic_partition import TopicPartition
 
@@ -117,6 +122,8 @@ class LogManager:
         fs: RealFileSystem | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         retention_check_interval_ms: int = 300000,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        producer_id_expiration_check_interval_ms: int = 600000,
     ):
         if flush_mode not in FLUSH_MODES:
             raise ValueError(f"flush mode must be one of {FLUSH_MODES}, not {flush_mode!r}")
@@ -126,6 +133,8 @@ class LogManager:
         self.fs = fs if fs is not None else RealFileSystem()
         self.clock = clock
         self.retention_check_interval_ms = retention_check_interval_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.cluster_id = ""
         self.directory_id = ""
         self.topics: dict[str, TopicInfo] = {}
@@ -140,6 +149,7 @@ class LogManager:
         self._executor: ThreadPoolExecutor | None = None
         self._flusher: asyncio.Task | None = None
         self._retention: asyncio.Task | None = None
+        self._producer_expiration: asyncio.Task | None = None
         self._stopping = False
         self._lock_fd: int | None = None
         self.started = False
@@ -147,6 +157,13 @@ class LogManager:
     @property
     def durable(self) -> bool:
         return self.flush_mode == "fsync"
+
+    @property
+    def live_producer_ids(self) -> int:
+        """Producer ids with state on some partition, summed over partitions (a producer
+        writing to n partitions counts n times, as Kafka's per-partition ProducerIdCount
+        gauges add up)."""
+        return sum(plog.producer_state.producer_id_count for plog in self._logs.values())
 
     # -- start / close ----------------------------------------------------------------------
 
@@ -188,6 +205,9 @@ class LogManager:
         self._stopping = False
         self._flusher = loop.create_task(self._flush_loop(), name="semel-log-flusher")
         self._retention = loop.create_task(self._retention_loop(), name="semel-log-retention")
+        self._producer_expiration = loop.create_task(
+            self._producer_expiration_loop(), name="semel-producer-expiration"
+        )
         if self._doomed_dirs:
             self._dirty_event.set()
         self.started = True
@@ -197,10 +217,11 @@ class LogManager:
         if not self.started:
             return
         self.started = False
-        if self._retention is not None:
-            self._retention.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retention
+        for task in (self._retention, self._producer_expiration):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self._stopping = True
         if self._flusher is not None:
             self._dirty_event.set()
@@ -232,7 +253,9 @@ class LogManager:
         if not self.started:
             return
         self.started = False
-        tasks = [t for t in (self._retention, self._flusher) if t is not None]
+        tasks = [
+            t for t in (self._retention, self._producer_expiration, self._flusher) if t is not None
+        ]
         for task in tasks:  # cancel both before yielding: no flush round may start
             task.cancel()
         for task in tasks:
@@ -351,6 +374,7 @@ class LogManager:
             clean_shutdown=clean,
             log_start_offset=log_start_offset,
             durable=self.durable,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
 
     def _attach(self, tp: TopicPartition, plog: PartitionLog) -> None:
@@ -470,6 +494,7 @@ class LogManager:
             clock=self.clock,
             clean_shutdown=True,
             durable=self.durable,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         self.fs.fsync_dir(self.data_dir)
         return plog
@@ -661,6 +686,27 @@ class LogManager:
                 await self.run_retention()
             except Exception:
                 log.exception("retention check failed")
+
+    async def run_producer_expiration(self) -> int:
+        """Forget expired producers on every partition and snapshot the partitions whose
+        producer state moved (the periodic task's body); returns the producers removed."""
+        now = self.clock()
+        removed = 0
+        for plog in list(self._logs.values()):
+            if plog.closed:
+                continue
+            removed += plog.remove_expired_producers(now)
+            if not plog.offline:
+                plog.take_producer_snapshot()
+        return removed
+
+    async def _producer_expiration_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.producer_id_expiration_check_interval_ms / 1000)
+            try:
+                await self.run_producer_expiration()
+            except Exception:
+                log.exception("producer id expiration check failed")
 
     async def flush_all(self) -> None:
         """Run a group-commit round for every partition now (tests, shutdown paths)."""

@@ -6,8 +6,14 @@ offset to assign) and the high watermark (end of what consumers may read).
 
 Append runs Kafka's order, synchronously on the event loop:
   validate batches -> assign offsets (rewrite baseOffset in place, stamp the leader epoch,
-  LogAppendTime) -> roll if needed -> [producer state hook] -> write to the active segment
-  -> update indexes -> mark dirty for the flusher.
+  LogAppendTime) -> roll if needed -> validate producer state (producer_state.py: epochs,
+  sequences; a duplicate of a recent batch returns its original offsets and writes nothing)
+  -> write to the active segment -> update indexes -> apply the staged producer state ->
+  mark dirty for the flusher.
+
+Producer state snapshots (`%020d.snapshot`) are written on roll, on close and by the log
+manager's periodic producer-expiration task, and fsynced by the next flush round; at open
+(recovery.py) the newest valid one is loaded and the log after it replayed.
 
 Durability (`durable=True`, flush mode "fsync"): appended bytes are only in the page cache
 until the log manager's flusher fsyncs the partition (group commit: one fsync covers every
@@ -32,16 +38,18 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from protocol.errors import Error, KafkaError
+from protocol.errors import Error, KafkaError, ProtocolError
 from protocol.records import (
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_OFFSET,
     BatchHeader,
+    ControlType,
     CorruptRecordError,
     InvalidRecordError,
     iter_records,
+    parse_control_record,
     set_base_offset,
     set_max_timestamp_and_type,
     set_partition_leader_epoch,
@@ -50,7 +58,15 @@ from protocol.records import (
 from storage.config import LOG_APPEND_TIME as LOG_APPEND_TIME_CONFIG
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
-from storage.segment import AppendedBatch, LogSegment, SegmentRollbackError
+from storage.producer_state import (
+    ORIGIN_CLIENT,
+    ORIGIN_REPLICATION,
+    BatchMetadata,
+    CompletedTxn,
+    ProducerAppendInfo,
+    ProducerStateManager,
+)
+from storage.segment import DELETED_SUFFIX, AppendedBatch, LogSegment, SegmentRollbackError
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger("storage.partition_log")
@@ -67,6 +83,9 @@ class AppendResult:
     last_offset: int
     log_append_time: int  # broker timestamp for LogAppendTime topics, else -1
     log_start_offset: int
+    # a retry of a recent batch of the same producer: nothing was written, the offsets
+    # (and, as Kafka answers, log_append_time = the batch's max timestamp) are the original's
+    duplicate: bool = False
 
     @property
     def next_offset(self) -> int:
@@ -93,6 +112,7 @@ class FlushJob:
     segments: list[tuple[LogSegment, bool]]  # (segment, also fsync its indexes)
     fsync_dir: bool
     generation: int
+    snapshots: list[str]  # producer snapshot files to fsync
 
 
 class PartitionLog:
@@ -108,6 +128,7 @@ class PartitionLog:
         clock: Callable[[], int],
         durable: bool = True,
         leader_epoch: int = 0,
+        producer_state: ProducerStateManager | None = None,
     ):
         if not segments:
             raise ValueError("a partition log needs at least one segment")
@@ -136,6 +157,10 @@ class PartitionLog:
         self.dirty_listener: Callable[[PartitionLog], None] | None = None
         self.high_watermark_listener: Callable[[PartitionLog], None] | None = None
         self.log_start_offset_listener: Callable[[PartitionLog], None] | None = None
+        if producer_state is None:
+            producer_state = ProducerStateManager(topic_partition, directory, fs, clock=clock)
+        self.producer_state = producer_state
+        self._snapshots_unflushed: list[str] = []
 
     # -- state ------------------------------------------------------------------------------
 
@@ -145,8 +170,12 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        # producer_state.py (next issue) lowers this to the first unstable offset
-        return self.high_watermark
+        """min(high watermark, first unstable offset), the latter never below the log start
+        (Kafka's UnifiedLog.lastStableOffset with firstUnstableOffsetMetadata)."""
+        first = self.producer_state.first_unstable_offset()
+        if first is None:
+            return self.high_watermark
+        return min(self.high_watermark, max(first, self.log_start_offset))
 
     @property
     def segments(self) -> list[LogSegment]:
@@ -179,14 +208,22 @@ class PartitionLog:
     # -- append -----------------------------------------------------------------------------
 
     def append(
-        self, records: bytes | bytearray | memoryview, *, origin: str = "client"
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        origin: str = "client",
+        transaction_version: int = 0,
     ) -> AppendResult:
         """Append a concatenation of v2 batches; returns the offsets assigned.
 
         Writable buffers (bytearray, writable memoryview) are rewritten in place
         (baseOffset, partitionLeaderEpoch, LogAppendTime); immutable ones are copied once.
-        `origin` is "client" (Kafka's AppendOrigin.CLIENT: control batches refused) or
-        "coordinator" (transaction markers, internal topics).
+        `origin` is "client" (Kafka's AppendOrigin.CLIENT: control batches refused,
+        sequences checked, duplicates detected) or "coordinator" (transaction markers,
+        internal topics: epochs checked). `transaction_version` applies to markers (2: the
+        marker's epoch must exceed the data's). Producer state errors raise KafkaError
+        (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE,
+        TRANSACTION_COORDINATOR_FENCED) before anything is written.
         """
         self._check_writable()
         if origin not in ORIGINS:
@@ -239,7 +276,10 @@ class PartitionLog:
         first_offset = offset = self._log_end_offset
         batches: list[AppendedBatch] = []
         max_timestamp = NO_TIMESTAMP
+        has_producer_ids = False
         for header in headers:
+            if header[9] >= 0:  # producer_id
+                has_producer_ids = True
             position = header.position
             set_base_offset(buf, position, offset)
             set_partition_leader_epoch(buf, position, self.leader_epoch)
@@ -255,14 +295,23 @@ class PartitionLog:
 
         self._maybe_roll(total, max_timestamp, last_offset, now)
 
-        # ---- producer state hook (storage/producer_state.py, next issue) -----------------
-        # Kafka's analyzeAndValidateProducerState goes here, after offset assignment and the
-        # roll, before the write: for each batch with a producer id, check epoch/sequence
-        # against the producer state manager (a duplicate of one of the last 5 batches
-        # returns the original offsets without writing), collect completed transactions from
-        # control batches. It stages updates (prepare); after the write below succeeds they
-        # are applied, the transaction index is updated and the first unstable offset moves.
-        # -----------------------------------------------------------------------------------
+        # Kafka's analyzeAndValidateProducerState: after offsets and the roll, before the
+        # write; it only stages updates, applied below once the write has succeeded
+        staged: dict[int, ProducerAppendInfo] | None = None
+        completed: list[CompletedTxn] = []
+        if has_producer_ids:
+            analysis = self._analyze_producer_state(
+                buf, headers, batches, origin, transaction_version, completed
+            )
+            if isinstance(analysis, BatchMetadata):
+                return AppendResult(
+                    analysis.first_offset,
+                    analysis.last_offset,
+                    analysis.timestamp,
+                    self.log_start_offset,
+                    duplicate=True,
+                )
+            staged = analysis
 
         segment = self._segments[-1]
         try:
@@ -279,17 +328,115 @@ class PartitionLog:
             log.warning("%s: append failed, log unchanged: %s", self.topic_partition, exc)
             raise self._storage_error("append", exc) from exc
         self._log_end_offset = offset
+        producer_state = self.producer_state
+        if staged:
+            for append_info in staged.values():
+                producer_state.update(append_info)
+            for txn in completed:
+                # issue 6: append the aborted transaction to the segment's .txnindex here,
+                # with producer_state.last_stable_offset(txn) as its LSO
+                producer_state.complete_txn(txn)
+        producer_state.map_end_offset = offset
         if self.durable:
             self._mark_unflushed(segment, False)
         else:
             self.high_watermark = offset
             self._hw_position = (segment, segment.size)
+            if producer_state.unreplicated_txns:
+                producer_state.on_high_watermark_updated(offset)
             self._notify_high_watermark()
         return AppendResult(
             first_offset,
             last_offset,
             now if log_append_time else NO_TIMESTAMP,
             self.log_start_offset,
+        )
+
+    def _analyze_producer_state(
+        self,
+        buf: bytearray | memoryview,
+        headers: list[BatchHeader],
+        batches: list[AppendedBatch],
+        origin: str,
+        transaction_version: int,
+        completed: list[CompletedTxn],
+    ) -> dict[int, ProducerAppendInfo] | BatchMetadata:
+        """Validate every batch with a producer id against the producer state; the staged
+        updates per producer id, or the metadata of the batch a client batch duplicates."""
+        producer_state = self.producer_state
+        producers = producer_state.producers
+        staged: dict[int, ProducerAppendInfo] = {}
+        from_client = origin == ORIGIN_CLIENT
+        for header, appended in zip(headers, batches, strict=True):
+            producer_id = header[9]
+            if producer_id < 0:
+                continue
+            producer_epoch = header[10]
+            if from_client:
+                entry = producers.get(producer_id)
+                if entry is not None:
+                    duplicate = entry.find_duplicate_batch(
+                        producer_epoch, header[11], header.last_sequence
+                    )
+                    if duplicate is not None:
+                        return duplicate
+            # issue 6: Kafka refuses here a transactional batch of a producer without an
+            # ongoing transaction on this partition unless the coordinator verified it
+            append_info = staged.get(producer_id)
+            if append_info is None:
+                append_info = staged[producer_id] = producer_state.prepare_update(
+                    producer_id, origin
+                )
+            last_offset = appended.last_offset
+            first_offset = last_offset - header.last_offset_delta
+            if header.is_control:
+                txn = self._append_marker(
+                    append_info,
+                    BatchHeader(buf, header.position),  # fresh: offsets were rewritten
+                    buf,
+                    first_offset,
+                    transaction_version,
+                )
+                if txn is not None:
+                    completed.append(txn)
+            else:
+                append_info.append_data_batch(
+                    producer_epoch,
+                    header[11],
+                    header.last_sequence,
+                    appended.max_timestamp,
+                    first_offset,
+                    last_offset,
+                    header.is_transactional,
+                )
+        return staged
+
+    def _append_marker(
+        self,
+        append_info: ProducerAppendInfo,
+        header: BatchHeader,
+        data: bytes | bytearray | memoryview,
+        offset: int,
+        transaction_version: int,
+    ) -> CompletedTxn | None:
+        """Feed a control batch's COMMIT/ABORT marker to `append_info` (other control
+        records and empty control batches change no producer state)."""
+        try:
+            record = next(iter_records(data, header), None)
+            if record is None:
+                return None
+            control_type, coordinator_epoch = parse_control_record(record)
+        except ProtocolError as exc:
+            raise KafkaError(Error.INVALID_RECORD, f"malformed control batch: {exc}") from None
+        if control_type not in (ControlType.COMMIT, ControlType.ABORT):
+            return None
+        return append_info.append_end_txn_marker(
+            control_type == ControlType.COMMIT,
+            coordinator_epoch,
+            header.producer_epoch,
+            offset,
+            record.timestamp,
+            transaction_version,
         )
 
     def _validate_timestamps(self, headers: list[BatchHeader], now: int) -> None:
@@ -358,8 +505,9 @@ class PartitionLog:
         self._segments.append(new)
         self._base_offsets.append(new.base_offset)
         self._dir_dirty = True
-        # producer_state.py (next issue): Kafka takes a producer snapshot here
-        # (%020d.snapshot at the new base offset).
+        # Kafka snapshots the producer state at the new segment's base offset
+        self.producer_state.map_end_offset = self._log_end_offset
+        self.take_producer_snapshot()
         self._mark_unflushed(old, True)
         log.info("%s: rolled new segment at offset %d", self.topic_partition, new.base_offset)
         return new
@@ -380,6 +528,111 @@ class PartitionLog:
             create=True,
         )
 
+    # -- producer state ---------------------------------------------------------------------
+
+    def take_producer_snapshot(self) -> str | None:
+        """Write a producer snapshot at the log end unless one covers it; the next flush
+        round fsyncs it. A failed write is logged (the older snapshots still serve)."""
+        producer_state = self.producer_state
+        producer_state.map_end_offset = self._log_end_offset
+        try:
+            path = producer_state.take_snapshot()
+        except OSError as exc:
+            log.error("%s: writing a producer snapshot failed: %s", self.topic_partition, exc)
+            return None
+        if path is not None:
+            self._snapshots_unflushed.append(path)
+            self._dir_dirty = True
+            if self.dirty_listener is not None:
+                self.dirty_listener(self)
+        return path
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        return self.producer_state.remove_expired_producers(now_ms)
+
+    def load_producer_state(self) -> None:
+        """Kafka's rebuildProducerState at open: the newest valid snapshot in
+        (log start, log end], then the log after it; an fsynced snapshot at the log end."""
+        self._reload_producer_state()
+        try:
+            path = self.producer_state.take_snapshot(sync=True)
+        except OSError as exc:
+            log.error("%s: writing a producer snapshot failed: %s", self.topic_partition, exc)
+            path = None
+        if path is not None:
+            log.info(
+                "%s: producer state rebuilt up to offset %d (%d producer ids)",
+                self.topic_partition,
+                self._log_end_offset,
+                self.producer_state.producer_id_count,
+            )
+
+    def _reload_producer_state(self) -> None:
+        producer_state = self.producer_state
+        end = self._log_end_offset
+        producer_state.truncate_and_reload(self.log_start_offset, end)
+        start = max(producer_state.map_end_offset, self.log_start_offset)
+        if start < end:
+            self._replay_producer_state(start, end)
+        producer_state.map_end_offset = end
+        producer_state.on_high_watermark_updated(self.high_watermark)
+
+    def _replay_producer_state(self, start: int, end: int) -> None:
+        """Feed every batch with a producer id in [start, end) to the producer state as
+        Kafka's loadProducersFromRecords does (replication origin: nothing is refused)."""
+        producer_state = self.producer_state
+        first = self._segment_index(start)
+        for i, segment in enumerate(self._segments[first:]):
+            if i == 0:
+                found = segment.translate_offset(start)
+                if found is None:
+                    continue
+                position = found[0]
+            else:
+                position = 0
+            loaded: dict[int, ProducerAppendInfo] = {}
+            completed: list[CompletedTxn] = []
+            for pos, header in segment.iter_headers(position):
+                if header.base_offset >= end:
+                    break
+                producer_id = header.producer_id
+                if producer_id < 0 or header.last_offset < start:
+                    continue
+                append_info = loaded.get(producer_id)
+                if append_info is None:
+                    append_info = loaded[producer_id] = producer_state.prepare_update(
+                        producer_id, ORIGIN_REPLICATION
+                    )
+                try:
+                    if header.is_control:
+                        data = segment.read(pos, header.size)
+                        txn = self._append_marker(
+                            append_info, BatchHeader(data, 0), data, header.base_offset, 0
+                        )
+                        if txn is not None:
+                            completed.append(txn)
+                    else:
+                        append_info.append_data_batch(
+                            header.producer_epoch,
+                            header.base_sequence,
+                            header.last_sequence,
+                            header.max_timestamp,
+                            header.base_offset,
+                            header.last_offset,
+                            header.is_transactional,
+                        )
+                except KafkaError as exc:
+                    log.warning(
+                        "%s: producer state replay at offset %d: %s",
+                        self.topic_partition,
+                        header.base_offset,
+                        exc,
+                    )
+            for append_info in loaded.values():
+                producer_state.update(append_info)
+            for txn in completed:
+                producer_state.complete_txn(txn)
+
     # -- durability -------------------------------------------------------------------------
 
     def begin_flush(self) -> FlushJob | None:
@@ -398,7 +651,9 @@ class PartitionLog:
             segments,
             self._dir_dirty,
             self._generation,
+            self._snapshots_unflushed,
         )
+        self._snapshots_unflushed = []
         self._dir_dirty = False
         return job
 
@@ -406,6 +661,15 @@ class PartitionLog:
         """fsync everything `job` covers; runs in an executor thread (fsync calls only)."""
         for segment, with_indexes in job.segments:
             segment.flush(with_indexes)
+        for path in job.snapshots:
+            try:
+                handle = self._fs.open(path, create=False)
+            except FileNotFoundError:  # superseded and deleted meanwhile
+                continue
+            try:
+                handle.fsync()
+            finally:
+                handle.close()
         if job.fsync_dir:
             self._fs.fsync_dir(self.dir)
 
@@ -425,6 +689,8 @@ class PartitionLog:
         if target <= self.high_watermark:
             return False
         self.high_watermark = target
+        if self.producer_state.unreplicated_txns:
+            self.producer_state.on_high_watermark_updated(target)
         if job.generation == self._generation and target == job.target_offset:
             self._hw_position = (job.target_segment, job.target_position)
         else:
@@ -441,6 +707,7 @@ class PartitionLog:
             if segment in self._segments:
                 self._mark_unflushed(segment, with_indexes, notify=False)
         self._dir_dirty = self._dir_dirty or job.fsync_dir
+        self._snapshots_unflushed.extend(job.snapshots)
         if not self.durable:
             return
         # after a failed fsync the kernel may have dropped the dirty pages: what lies past
@@ -678,6 +945,7 @@ class PartitionLog:
             )
         if offset > self.log_start_offset:
             self.log_start_offset = offset
+            self.producer_state.on_log_start_offset_incremented(offset)
             if self.log_start_offset_listener is not None:
                 self.log_start_offset_listener(self)
         self._delete_segments_below_log_start()
@@ -733,6 +1001,7 @@ class PartitionLog:
             self._remove_segment(segment)
         if self._segments[0].base_offset > self.log_start_offset:
             self.log_start_offset = self._segments[0].base_offset
+            self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
             if self.log_start_offset_listener is not None:
                 self.log_start_offset_listener(self)
         return len(doomed)
@@ -747,6 +1016,11 @@ class PartitionLog:
         segment.close()
         try:
             self.deleted_files.extend(segment.rename_to_deleted())
+            snapshot = self.producer_state.remove_and_mark_snapshot_for_deletion(
+                segment.base_offset, DELETED_SUFFIX
+            )
+            if snapshot is not None:
+                self.deleted_files.append(snapshot)
         except OSError as exc:
             log.error(
                 "%s: could not rename deleted segment %d: %s",
@@ -768,7 +1042,8 @@ class PartitionLog:
             return
         self._generation += 1
         self._hw_position = None
-        if offset <= self._segments[0].base_offset:
+        full = offset <= self._segments[0].base_offset
+        if full:
             # Kafka's truncateFullyAndStartAt
             for segment in list(self._segments):
                 self._remove_segment(segment)
@@ -781,10 +1056,16 @@ class PartitionLog:
             for segment in [s for s in self._segments if s.base_offset > offset]:
                 self._remove_segment(segment)
             self._segments[-1].truncate_to(offset)
-        # producer_state.py (next issue): truncate producer state and reload from snapshot
         self._log_end_offset = self._segments[-1].next_offset
         self.high_watermark = min(self.high_watermark, self._log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self._log_end_offset)
+        # Kafka's truncateFullyAndStartAt / truncateAndReload + rebuildProducerState
+        if full:
+            self.producer_state.truncate_fully_and_start_at(offset)
+        else:
+            self._reload_producer_state()
+        live = set(self.producer_state.snapshots.values())
+        self._snapshots_unflushed = [p for p in self._snapshots_unflushed if p in live]
         self._mark_unflushed(self._segments[-1], True, notify=False)
         if any(offset > self._log_end_offset for offset, _, _ in self._waiters):
             self._fail_waiters(
@@ -801,6 +1082,7 @@ class PartitionLog:
             return
         try:
             if flush:
+                self.take_producer_snapshot()
                 active = self._segments[-1]
                 active.on_become_inactive()
                 self._unflushed = {k: (seg, True) for k, (seg, _) in self._unflushed.items()}

@@ -15,6 +15,10 @@ Runs in an executor thread at start-up, before the partition serves anything:
    After a clean shutdown nothing is scanned but the active segment's tail (from its last
    index entry), so a clean restart costs O(segments), not O(data).
 4. Everything recovery changed is fsynced, so the high watermark may start at the end.
+5. Producer state (producer_state.py): the newest valid `%020d.snapshot` within
+   (log start, log end] is loaded (corrupt ones and ones past the recovered end are
+   deleted) and the log after it replayed; with none, the whole log is scanned. A fresh
+   snapshot at the log end is written and fsynced when anything was replayed.
 
 Logger `storage.recovery` reports what was rebuilt, truncated or dropped.
 """
@@ -29,6 +33,7 @@ from storage.config import LogConfig
 from storage.fs import RealFileSystem
 from storage.offset_index import CorruptIndexError
 from storage.partition_log import PartitionLog
+from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -56,8 +61,10 @@ def open_partition_log(
     clean_shutdown: bool,
     log_start_offset: int = 0,
     durable: bool = True,
+    producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
 ) -> PartitionLog:
-    """Load (creating if needed) and recover the partition log in `directory`."""
+    """Load (creating if needed) and recover the partition log in `directory`, with its
+    producer state."""
     fs.mkdir(directory)
     segments = load_segments(
         fs,
@@ -78,7 +85,14 @@ def open_partition_log(
             log_end_offset,
         )
         start = log_end_offset
-    return PartitionLog(
+    producer_state = ProducerStateManager(
+        topic_partition,
+        directory,
+        fs,
+        producer_id_expiration_ms=producer_id_expiration_ms,
+        clock=clock,
+    )
+    plog = PartitionLog(
         directory,
         topic_partition,
         config,
@@ -87,7 +101,10 @@ def open_partition_log(
         fs=fs,
         clock=clock,
         durable=durable,
+        producer_state=producer_state,
     )
+    plog.load_producer_state()
+    return plog
 
 
 def load_segments(
