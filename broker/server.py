@@ -18,6 +18,8 @@ from broker.connection import Connection
 from broker.dispatch import Dispatcher
 from broker.fetch_wait import FetchWaiters
 from broker.metrics import BrokerMetrics
+from coordinator.group import GroupConfig, GroupCoordinator
+from coordinator.producer_id import ProducerIdManager
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 
@@ -59,8 +61,17 @@ class Broker:
         self.log_manager = LogManager(
             Path(config.log_dirs), default_config=self.default_log_config,
             flush_mode=config.log_flush_mode, fs=fs, clock=clock,
-            retention_check_interval_ms=config.log_retention_check_interval_ms)
+            retention_check_interval_ms=config.log_retention_check_interval_ms,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
+            producer_id_expiration_check_interval_ms=(
+                config.producer_id_expiration_check_interval_ms))
+        self.producer_id_manager = ProducerIdManager(
+            Path(config.log_dirs), self.log_manager.fs, broker_id=config.node_id)
+        self.txn_coordinator = None  # the transaction coordinator (issue 6)
         self.fetch_waiters = FetchWaiters()
+        # group coordinator (consumer groups, committed offsets in __consumer_offsets)
+        self.group_coordinator = GroupCoordinator(
+            self.log_manager, GroupConfig.from_broker_config(config), clock=clock)
         self.log_manager.on_high_watermark = self.fetch_waiters.notify
         self.dispatcher = Dispatcher(self)
         self._server: asyncio.base_events.Server | None = None
@@ -80,6 +91,8 @@ class Broker:
 
     async def start(self) -> None:
         await self.log_manager.start()
+        await self.producer_id_manager.start()  # the data directory is locked now
+        await self.group_coordinator.start()
         listener = self.config.listener
         loop = asyncio.get_running_loop()
         try:
@@ -87,6 +100,7 @@ class Broker:
                 lambda: Connection(self), listener.host or None, listener.port,
                 reuse_address=True, backlog=1024)
         except OSError as e:
+            await self.group_coordinator.stop()
             await self.log_manager.close()
             raise OSError(e.errno, f"cannot listen on {listener.host}:{listener.port}: "
                                    f"{e.strerror}") from None
@@ -108,6 +122,8 @@ class Broker:
             self._server.close()
         for task in self._tasks:
             task.cancel()
+        # parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) before waiting
+        await self.group_coordinator.stop()
         in_flight = [t for c in self.connections for t in c.tasks]
         if in_flight:
             await asyncio.wait(in_flight, timeout=grace_s)
@@ -115,6 +131,7 @@ class Broker:
             conn.close()
         self.fetch_waiters.wake_all()
         self.metrics.close()
+        await self.producer_id_manager.close()
         await self.log_manager.close()
         if self._server is not None:
             await self._server.wait_closed()

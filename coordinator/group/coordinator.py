@@ -220,6 +220,11 @@ class GroupCoordinator:
         self._call(self.shard.delete_groups, group_ids, respond)
         return await fut
 
+    def on_topics_deleted(self, topics: list[str]) -> None:
+        """Drop the committed offsets of deleted topics (DeleteTopics calls this)."""
+        if self.active:
+            self._call(self.shard.offset_manager.on_topics_deleted, set(topics))
+
     async def complete_transaction(self, producer_id: int, producer_epoch: int,
                                    coordinator_epoch: int, partition: int,
                                    committed: bool) -> Error:

@@ -301,6 +301,29 @@ class OffsetMetadataManager:
             records.append(offset_tombstone(group_id, topic, partition))
         return len(committed) + len(pending_only)
 
+    def on_topics_deleted(self, topics: set[str]) -> int:
+        """Kafka's onPartitionsDeleted for whole topics: tombstones for every committed or
+        pending offset of those topics, in every group. Returns how many."""
+        store = self.store
+        by_group: dict[str, set[tuple[str, int]]] = {}
+        for group_id, offsets in store.committed.items():
+            for key in offsets:
+                if key[0] in topics:
+                    by_group.setdefault(group_id, set()).add(key)
+        for by_producer in store.pending.values():
+            for group_id, offsets in by_producer.items():
+                for key in offsets:
+                    if key[0] in topics:
+                        by_group.setdefault(group_id, set()).add(key)
+        count = 0
+        for group_id, keys in by_group.items():
+            records = [offset_tombstone(group_id, t, p) for t, p in sorted(keys)]
+            for t, p in keys:
+                self.remove_offset(group_id, t, p)
+            self.write(group_id, records, None)
+            count += len(records)
+        return count
+
     # -- expiration ---------------------------------------------------------------------
 
     def cleanup_expired_offsets(self, group_id: str, records: list[CoordinatorRecord]) -> bool:

@@ -268,3 +268,20 @@ def test_offset_delete():
     h.join("connect-group", other, protocol_type="connect")
     h.advance(0)
     assert delete_offsets(h, "connect-group", [T0]).error_code == Error.NON_EMPTY_GROUP
+
+
+def test_offsets_of_deleted_topics_are_dropped():
+    h = Harness()
+    h.commit("g1", {T0: 1, ("keep", 0): 2})
+    h.commit("g2", {T1: 3})
+    h.txn_commit("g3", 5, {T0: 4})
+    h.flush()
+    assert h.shard.offset_manager.on_topics_deleted({"t"}) == 3
+    assert h.fetch("g1") == {("keep", 0): (2, Error.NONE)}
+    assert h.fetch("g2") == {}
+    assert h.fetch("g3", [T0], require_stable=True) == {T0: (-1, Error.NONE)}
+    tombstones = [r for w in h.flush() for r in w.records]
+    assert sorted((r.key.group, r.key.topic, r.key.partition) for r in tombstones) == [
+        ("g1", "t", 0), ("g2", "t", 1), ("g3", "t", 0)]
+    assert all(r.value is None for r in tombstones)
+    assert h.restarted().fetch("g1") == {("keep", 0): (2, Error.NONE)}

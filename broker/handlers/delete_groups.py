@@ -1,0 +1,35 @@
+"""DeleteGroups (key 42), v0-2.
+
+Deletes empty groups and their committed offsets (tombstones in ``__consumer_offsets``,
+answered once durable). GROUP_ID_NOT_FOUND for unknown groups, NON_EMPTY_GROUP for groups
+with members. Repeated names are answered once. v2: flexible.
+"""
+
+from __future__ import annotations
+
+from broker.handlers._groups import coordinator
+from protocol.errors import Error
+from protocol.messages.delete_groups_request import DeleteGroupsRequest
+from protocol.messages.delete_groups_response import DeletableGroupResult, DeleteGroupsResponse
+
+API_KEY = 42
+
+
+async def handle(ctx, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    gc = coordinator(ctx)
+    results = []
+    deletable = []
+    for group_id in dict.fromkeys(req.groups_names):
+        error = gc.check_available(group_id)
+        if error:
+            results.append(DeletableGroupResult(group_id, error))
+        else:
+            deletable.append(group_id)
+    if deletable:
+        results = await gc.delete_groups(deletable) + results
+    return DeleteGroupsResponse(results=results)
+
+
+def error_response(req: DeleteGroupsRequest, code: Error) -> DeleteGroupsResponse:
+    return DeleteGroupsResponse(results=[DeletableGroupResult(g, code)
+                                         for g in dict.fromkeys(req.groups_names)])

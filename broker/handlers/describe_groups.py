@@ -1,0 +1,41 @@
+"""DescribeGroups (key 15), v0-5.
+
+State, protocol type, selected protocol and members (client id and host, assignment; member
+metadata only in Stable) of each group. A group that does not exist is described as "Dead"
+with no error (versions before 6 do so in Kafka). v3+: authorized_operations when asked
+(without an authorizer: READ, DELETE and DESCRIBE). v4+: group_instance_id of members.
+"""
+
+from __future__ import annotations
+
+from broker.handlers._groups import coordinator
+from coordinator.group.group_manager import GROUP_AUTHORIZED_OPERATIONS
+from protocol.errors import Error
+from protocol.messages.describe_groups_request import DescribeGroupsRequest
+from protocol.messages.describe_groups_response import DescribedGroup, DescribeGroupsResponse
+
+API_KEY = 15
+
+
+async def handle(ctx, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    gc = coordinator(ctx)
+    include_operations = ctx.api_version >= 3 and req.include_authorized_operations
+    groups = []
+    for group_id in req.groups:
+        error = gc.check_available(group_id)
+        if error:
+            groups.append(_group_error(group_id, error))
+            continue
+        described = gc.describe_group(group_id)
+        if include_operations:
+            described.authorized_operations = GROUP_AUTHORIZED_OPERATIONS
+        groups.append(described)
+    return DescribeGroupsResponse(groups=groups)
+
+
+def _group_error(group_id: str, code: Error) -> DescribedGroup:
+    return DescribedGroup(error_code=code, group_id=group_id)
+
+
+def error_response(req: DescribeGroupsRequest, code: Error) -> DescribeGroupsResponse:
+    return DescribeGroupsResponse(groups=[_group_error(g, code) for g in req.groups])

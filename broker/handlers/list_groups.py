@@ -1,0 +1,28 @@
+"""ListGroups (key 16), v0-5.
+
+Every group this broker coordinates, with its protocol type. v4+: group_state and a states
+filter (case-insensitive: "Stable", "empty", ...). v5+: group_type ("classic") and a types
+filter. COORDINATOR_LOAD_IN_PROGRESS while ``__consumer_offsets`` is still being loaded.
+"""
+
+from __future__ import annotations
+
+from broker.handlers._groups import coordinator
+from protocol.errors import Error
+from protocol.messages.list_groups_request import ListGroupsRequest
+from protocol.messages.list_groups_response import ListGroupsResponse
+
+API_KEY = 16
+
+
+async def handle(ctx, req: ListGroupsRequest) -> ListGroupsResponse:
+    gc = coordinator(ctx)
+    if not gc.active:
+        return ListGroupsResponse(error_code=Error.COORDINATOR_NOT_AVAILABLE)
+    if gc.loading:
+        return ListGroupsResponse(error_code=Error.COORDINATOR_LOAD_IN_PROGRESS)
+    return ListGroupsResponse(groups=gc.list_groups(req.states_filter, req.types_filter))
+
+
+def error_response(req: ListGroupsRequest, code: Error) -> ListGroupsResponse:
+    return ListGroupsResponse(error_code=code)
