@@ -1,0 +1,714 @@
+"""The transaction coordinator on the broker's event loop: the async shell around ``core``.
+
+State: one ``TxnMetadata`` per transactional id, owned by the loop (no locks). A change
+goes prepare -> persist -> complete: ``core`` prepares a transit (``pending_state`` set,
+so concurrent requests for the id get CONCURRENT_TRANSACTIONS), the shell appends it as
+one record to ``__transaction_state`` partition ``abs(java_hash(id)) % partitions`` and
+waits until it is durable (``PartitionLog.wait_durable``), then ``complete``s it. A failed
+append or fsync clears the pending state and answers COORDINATOR_NOT_AVAILABLE. Each
+operation runs in a task of its own, so a client that disconnects cannot cut it short.
+
+EndTxn: once PREPARE_COMMIT / PREPARE_ABORT is durable (the commit point) the client is
+answered, then a completion task calls ``write_markers`` for every partition of the
+transaction, retrying retriable errors, and persists COMPLETE_*. ``write_markers`` is
+injected (the function that also serves WriteTxnMarkers):
+
+    async write_markers(transactional_id, producer_id, producer_epoch, coordinator_epoch,
+                        commit, partitions, *, transaction_version) -> {partition: Error}
+
+``__transaction_state`` is created on first use (or by FindCoordinator) with
+``transaction.state.log.num.partitions`` partitions, compacted. At ``start`` an existing one
+is loaded in the background; ids on a partition still loading get
+COORDINATOR_LOAD_IN_PROGRESS. Loaded PREPARE_* transactions are driven to completion.
+Background tasks abort ONGOING transactions past their timeout (fencing the producer with an
+epoch bump) and forget transactional ids unused for ``transactional.id.expiration.ms``
+(tombstones). Time comes from the injected ``clock``; tests call
+``abort_timed_out_transactions`` / ``remove_expired_transactional_ids`` directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import re
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from coordinator.group.shard import partition_for
+from coordinator.transaction import core
+from coordinator.transaction.config import TxnConfig
+from coordinator.transaction.core import Decision
+from coordinator.transaction.log import (
+    TRANSACTION_STATE_TOPIC_NAME,
+    UnknownKeyVersion,
+    UnknownValueVersion,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    metadata_from_value,
+    value_from_transit,
+    value_version_for,
+)
+from coordinator.transaction.metadata import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TV_0,
+    TxnMetadata,
+    TxnTransit,
+    supports_epoch_bump,
+)
+from coordinator.transaction.state import TransactionState
+from protocol.errors import Error, KafkaError, ProtocolError
+from protocol.records import build_batch, iter_records
+from storage.topic_partition import TopicPartition
+
+log = logging.getLogger("coordinator.transaction")
+
+S = TransactionState
+_LOAD_YIELD_BATCHES = 256
+# marker results after which the partition needs no marker any more (Kafka drops deleted
+# partitions and those that cannot take markers; a newer producer or coordinator epoch
+# already closed the partition's transaction - Kafka abandons the whole completion then and
+# leaves the id in PREPARE_*, semel finishes it)
+_MARKER_DONE = frozenset({
+    Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION, Error.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    Error.UNSUPPORTED_VERSION, Error.INVALID_PRODUCER_EPOCH,
+    Error.TRANSACTION_COORDINATOR_FENCED})
+
+
+class WriteMarkers(Protocol):
+    def __call__(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                 coordinator_epoch: int, commit: bool, partitions: frozenset[TopicPartition],
+                 *, transaction_version: int) -> Awaitable[Mapping[TopicPartition, Error]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """InitProducerId / EndTxn answer: error, and the producer id/epoch where returned."""
+
+    error: Error
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDescription:
+    """DescribeTransactions' view of one id (error set: the other fields are meaningless)."""
+
+    transactional_id: str
+    error: Error
+    state: str = ""
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    transaction_timeout_ms: int = 0
+    transaction_start_time_ms: int = -1
+    partitions: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnListing:
+    """ListTransactions' answer: (transactional id, producer id, state name) rows."""
+
+    error: Error
+    transactions: list[tuple[str, int, str]] = field(default_factory=list)
+    unknown_state_filters: list[str] = field(default_factory=list)
+
+
+class _NeedProducerId(Exception):
+    """A decision needs a new producer id: the shell fetches one and decides again."""
+
+
+def _need_producer_id() -> int:
+    raise _NeedProducerId
+
+
+class TransactionCoordinator:
+    def __init__(self, log_manager, producer_ids, config: TxnConfig,
+                 clock: Callable[[], int], write_markers: WriteMarkers) -> None:
+        self.log_manager = log_manager
+        self.producer_ids = producer_ids
+        self.config = config
+        self.clock = clock
+        self.write_markers = write_markers
+        self.num_partitions = config.transaction_state_log_num_partitions
+        self.active = False
+        self.loading: set[int] = set()
+        self.txns: dict[str, TxnMetadata] = {}
+        # test hook: awaited after PREPARE_* is durable, before any marker is written
+        self.before_markers: Callable[[str, TxnMetadata], Awaitable[None]] | None = None
+        self._ops: set[asyncio.Task] = set()
+        self._completions: dict[str, asyncio.Task] = {}
+        self._background: list[asyncio.Task] = []
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        info = self.log_manager.topics.get(TRANSACTION_STATE_TOPIC_NAME)
+        if info is not None:
+            self.num_partitions = info.num_partitions
+            self.loading = set(range(info.num_partitions))
+            self._background.append(loop.create_task(self._load_all(), name="semel-txn-load"))
+        self.active = True
+        self._background.append(loop.create_task(
+            self._every(self.config.abort_timed_out_transaction_cleanup_interval_ms,
+                        self.abort_timed_out_transactions), name="semel-txn-timeouts"))
+        self._background.append(loop.create_task(
+            self._every(self.config.remove_expired_transaction_cleanup_interval_ms,
+                        self.remove_expired_transactional_ids), name="semel-txn-expiration"))
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop serving: operations in flight finish (bounded); marker writing stops (a
+        restart completes PREPARE_* transactions from the log)."""
+        if not self.active:
+            return
+        self.active = False
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
+        if self._ops:
+            await asyncio.wait(list(self._ops), timeout=grace_s)
+        completions = list(self._completions.values())
+        for task in completions:
+            task.cancel()
+        await asyncio.gather(*completions, return_exceptions=True)
+        self.txns.clear()
+        self.loading.clear()
+
+    async def wait_loaded(self) -> None:
+        for task in self._background:
+            if task.get_name() == "semel-txn-load":
+                await asyncio.shield(task)
+
+    async def wait_completions(self) -> None:
+        """Until every transaction being completed (markers, COMPLETE_*) is done."""
+        while self._completions:
+            await asyncio.gather(*self._completions.values(), return_exceptions=True)
+
+    async def _every(self, interval_ms: int, job: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await job()
+            except Exception:
+                log.exception("transaction coordinator background job failed")
+
+    # -- routing ------------------------------------------------------------------------
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions)
+
+    def check_available(self, transactional_id: str | None = None) -> Error:
+        if not self.active:
+            return Error.COORDINATOR_NOT_AVAILABLE
+        if (self.loading and transactional_id is not None
+                and self.partition_for(transactional_id) in self.loading):
+            return Error.COORDINATOR_LOAD_IN_PROGRESS
+        return Error.NONE
+
+    def ensure_topic(self) -> Error:
+        """Create __transaction_state if needed (first write; FindCoordinator may too)."""
+        if TRANSACTION_STATE_TOPIC_NAME in self.log_manager.topics:
+            return Error.NONE
+        try:
+            self.log_manager.create_topic(
+                TRANSACTION_STATE_TOPIC_NAME, self.num_partitions,
+                {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                 "segment.bytes": str(self.config.transaction_state_log_segment_bytes)})
+        except KafkaError as e:
+            log.error("cannot create %s: %s", TRANSACTION_STATE_TOPIC_NAME, e)
+            return Error.COORDINATOR_NOT_AVAILABLE
+        return Error.NONE
+
+    def _owns(self, transactional_id: str, md: TxnMetadata) -> bool:
+        return self.active and self.txns.get(transactional_id) is md
+
+    async def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run an operation in its own task: cancelling the caller does not cut it short."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._ops.add(task)
+        task.add_done_callback(self._ops.discard)
+        return await asyncio.shield(task)
+
+    async def _generate_producer_id(self) -> int:
+        result = self.producer_ids.generate_producer_id()
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _decide(self, decide: Callable[[core.NewProducerId], Decision]) -> Decision:
+        """Run a ``core`` decision; if it needs a new producer id, fetch one and decide
+        again on the state as it is then."""
+        try:
+            return decide(_need_producer_id)
+        except _NeedProducerId:
+            pass
+        try:
+            producer_id = await self._generate_producer_id()
+        except KafkaError as e:
+            error = e
+
+            def source() -> int:
+                raise error
+        else:
+            def source() -> int:
+                return producer_id
+        return decide(source)
+
+    # -- persistence --------------------------------------------------------------------
+
+    async def _persist(self, transactional_id: str, md: TxnMetadata, transit: TxnTransit, *,
+                       keep_pending_on_error: bool = False) -> Error:
+        """Append ``transit`` to __transaction_state, wait until durable, complete it."""
+        error = self.ensure_topic()
+        plog = None
+        if not error:
+            plog = self.log_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME,
+                                                  self.partition_for(transactional_id))
+        if plog is None:
+            return self._persist_failed(md, error or Error.COORDINATOR_NOT_AVAILABLE,
+                                        keep_pending_on_error)
+        value = encode_value(value_from_transit(transit),
+                             value_version_for(self.config.transaction_version))
+        batch = build_batch([(encode_key(transactional_id), value, None, self.clock())])
+        try:
+            result = plog.append(bytearray(batch), origin="coordinator")
+            await plog.wait_durable(result.next_offset)
+        except KafkaError as e:
+            log.warning("writing %s of %r to %s failed: %s", transit.state.name,
+                        transactional_id, TRANSACTION_STATE_TOPIC_NAME, e)
+            code = (Error.UNKNOWN_SERVER_ERROR
+                    if e.code in (Error.MESSAGE_TOO_LARGE, Error.RECORD_LIST_TOO_LARGE)
+                    else Error.COORDINATOR_NOT_AVAILABLE)
+            return self._persist_failed(md, code, keep_pending_on_error)
+        if not self._owns(transactional_id, md) or md.pending_state != transit.state:
+            return Error.NOT_COORDINATOR  # stopped (or unloaded) meanwhile
+        md.complete(transit)
+        return Error.NONE
+
+    @staticmethod
+    def _persist_failed(md: TxnMetadata, error: Error, keep_pending: bool) -> Error:
+        if not keep_pending:
+            md.pending_state = None
+        return error
+
+    # -- InitProducerId -----------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str, transaction_timeout_ms: int,
+                               producer_id: int = NO_PRODUCER_ID,
+                               producer_epoch: int = NO_PRODUCER_EPOCH, *,
+                               enable_two_phase_commit: bool = False,
+                               keep_prepared_txn: bool = False) -> TxnResult:
+        """InitProducerId with a transactional id: the producer id and a new epoch."""
+        if not transactional_id:
+            return TxnResult(Error.INVALID_REQUEST)
+        if enable_two_phase_commit or keep_prepared_txn:
+            # KIP-939 two-phase commit is off (transaction.two.phase.commit.enable=false)
+            return TxnResult(Error.INVALID_REQUEST)
+        if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
+            return TxnResult(Error.INVALID_REQUEST)
+        if not 0 < transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
+            return TxnResult(Error.INVALID_TRANSACTION_TIMEOUT)
+        expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
+        return await self._run(self._init_producer_id(transactional_id,
+                                                      transaction_timeout_ms, expected))
+
+    async def _init_producer_id(self, transactional_id: str, timeout_ms: int,
+                                expected: tuple[int, int] | None) -> TxnResult:
+        error = self.check_available(transactional_id)
+        if error:
+            return TxnResult(error)
+        md = self.txns.get(transactional_id)
+        if md is None:
+            try:
+                new_id = await self._generate_producer_id()
+            except KafkaError as e:
+                return TxnResult(e.code)
+            error = self.check_available(transactional_id)
+            if error:
+                return TxnResult(error)
+            md = self.txns.get(transactional_id)
+            if md is None:
+                md = TxnMetadata(transactional_id, new_id, txn_timeout_ms=timeout_ms,
+                                 txn_last_update_timestamp=self.clock())
+                self.txns[transactional_id] = md
+        server_tv = self.config.transaction_version
+        decision = await self._decide(lambda new_producer_id: core.init_producer_id(
+            md, timeout_ms, expected, self.clock(), new_producer_id, server_tv))
+        if decision.transit is None:
+            return TxnResult(decision.error)
+        if decision.epoch_fence:
+            # the ONGOING transaction is being aborted first; the client retries
+            result = await self._end_prepared(transactional_id, md, decision, commit=False,
+                                              client_tv=server_tv)
+            return TxnResult(result.error or Error.CONCURRENT_TRANSACTIONS)
+        error = await self._persist(transactional_id, md, decision.transit)
+        if error:
+            return TxnResult(error)
+        log.info("initialized transactional id %r with producer id %d epoch %d",
+                 transactional_id, md.producer_id, md.producer_epoch)
+        return TxnResult(Error.NONE, md.producer_id, md.producer_epoch)
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------
+
+    async def add_partitions(self, transactional_id: str, producer_id: int,
+                             producer_epoch: int, partitions: Iterable[TopicPartition], *,
+                             client_transaction_version: int = TV_0) -> Error:
+        """Add partitions to the producer's transaction (starting it if needed)."""
+        if not transactional_id:
+            return Error.INVALID_REQUEST
+        return await self._run(self._add_partitions(
+            transactional_id, producer_id, producer_epoch, frozenset(partitions),
+            client_transaction_version))
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          offsets_partition: int) -> Error:
+        """AddOffsetsToTxn: add the group's ``__consumer_offsets`` partition (the handler
+        knows which one: the group coordinator's ``partition_for(group_id)``)."""
+        return await self.add_partitions(
+            transactional_id, producer_id, producer_epoch,
+            [TopicPartition("__consumer_offsets", offsets_partition)])
+
+    async def _add_partitions(self, transactional_id: str, producer_id: int,
+                              producer_epoch: int, partitions: frozenset[TopicPartition],
+                              client_tv: int) -> Error:
+        error = self.check_available(transactional_id)
+        if error:
+            return error
+        md = self.txns.get(transactional_id)
+        if md is None:
+            return Error.INVALID_PRODUCER_ID_MAPPING
+        decision = core.add_partitions(md, producer_id, producer_epoch, partitions,
+                                       self.clock(), client_tv)
+        if decision.transit is None:
+            return decision.error
+        return await self._persist(transactional_id, md, decision.transit)
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Error]:
+        """Partition verification (AddPartitionsToTxn verifyOnly, the produce path's check
+        before a transactional append): NONE for partitions in the ongoing transaction,
+        TRANSACTION_ABORTABLE for others, or one error for all."""
+        partitions = list(partitions)
+        if not transactional_id:
+            return dict.fromkeys(partitions, Error.INVALID_REQUEST)
+        error = self.check_available(transactional_id)
+        if error:
+            return dict.fromkeys(partitions, error)
+        return core.verify_partitions(self.txns.get(transactional_id), producer_id,
+                                      producer_epoch, partitions)
+
+    # -- EndTxn ---------------------------------------------------------------------------
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool, *, client_transaction_version: int = TV_0) -> TxnResult:
+        """Commit or abort. Answers once PREPARE_* is durable; markers follow. Transaction
+        version 2 answers with the producer id/epoch the client continues with."""
+        if not transactional_id:
+            return TxnResult(Error.INVALID_REQUEST)
+        return await self._run(self._end_txn(transactional_id, producer_id, producer_epoch,
+                                             commit, client_transaction_version))
+
+    async def _end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       commit: bool, client_tv: int) -> TxnResult:
+        error = self.check_available(transactional_id)
+        if error:
+            return TxnResult(error)
+        md = self.txns.get(transactional_id)
+        if md is None:
+            return TxnResult(Error.INVALID_PRODUCER_ID_MAPPING)
+        decision = await self._decide(lambda new_producer_id: core.end_txn(
+            md, producer_id, producer_epoch, commit=commit, client_tv=client_tv,
+            now_ms=self.clock(), new_producer_id=new_producer_id))
+        if decision.transit is None:
+            if decision.error == Error.NONE and supports_epoch_bump(client_tv):
+                return TxnResult(Error.NONE, decision.producer_id, decision.producer_epoch)
+            return TxnResult(decision.error)
+        return await self._end_prepared(transactional_id, md, decision, commit, client_tv,
+                                        producer_id, producer_epoch)
+
+    async def _end_prepared(self, transactional_id: str, md: TxnMetadata, decision: Decision,
+                            commit: bool, client_tv: int, producer_id: int | None = None,
+                            producer_epoch: int | None = None) -> TxnResult:
+        """Persist a PREPARE_* transit, then start writing markers and answer."""
+        transit = decision.transit
+        if producer_id is None:  # the coordinator's own abort: the transit's identity
+            producer_id, producer_epoch = transit.producer_id, transit.producer_epoch
+        error = await self._persist(transactional_id, md, transit)
+        if error:
+            if decision.epoch_fence and self.txns.get(transactional_id) is md:
+                md.has_failed_epoch_fence = True
+            return TxnResult(error)
+        after = core.complete_after_prepare(md, producer_id, producer_epoch, commit,
+                                            transit.client_transaction_version, self.clock())
+        if after.transit is None:
+            return TxnResult(after.error)
+        self._start_completion(transactional_id, md, after.transit, commit)
+        if supports_epoch_bump(client_tv):
+            return TxnResult(Error.NONE, after.transit.producer_id,
+                             after.transit.producer_epoch)
+        return TxnResult(Error.NONE)
+
+    # -- completion: markers, then COMPLETE_* ---------------------------------------------
+
+    def _start_completion(self, transactional_id: str, md: TxnMetadata, complete: TxnTransit,
+                          commit: bool) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._complete_transaction(transactional_id, md, complete, commit),
+            name=f"semel-txn-complete-{transactional_id}")
+        self._completions[transactional_id] = task
+
+        def done(t: asyncio.Task) -> None:
+            if self._completions.get(transactional_id) is t:
+                del self._completions[transactional_id]
+
+        task.add_done_callback(done)
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        """Kafka's coordinator epoch: the leader epoch of the id's __transaction_state
+        partition (constant on a single node)."""
+        plog = self.log_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME,
+                                              self.partition_for(transactional_id))
+        return 0 if plog is None else plog.leader_epoch
+
+    async def _complete_transaction(self, transactional_id: str, md: TxnMetadata,
+                                    complete: TxnTransit, commit: bool) -> None:
+        backoff = self.config.retry_backoff_ms / 1000
+        if self.before_markers is not None:
+            await self.before_markers(transactional_id, md)
+        coordinator_epoch = self.coordinator_epoch(transactional_id)
+        producer_id, producer_epoch = md.producer_id, md.producer_epoch
+        while md.topic_partitions:
+            if not self._owns(transactional_id, md):
+                return
+            partitions = frozenset(md.topic_partitions)
+            try:
+                results = await self.write_markers(
+                    transactional_id, producer_id, producer_epoch, coordinator_epoch, commit,
+                    partitions, transaction_version=md.client_transaction_version)
+            except Exception:
+                log.exception("writing markers of %r failed", transactional_id)
+                results = {}
+            if not self._owns(transactional_id, md):
+                return
+            retry = False
+            for tp in partitions:
+                error = Error(results.get(tp, Error.REQUEST_TIMED_OUT))
+                if error in _MARKER_DONE:
+                    if error:
+                        log.info("no %s marker of %r for %s: %s", "COMMIT" if commit
+                                 else "ABORT", transactional_id, tp, error.name)
+                    md.remove_partition(tp)
+                else:
+                    level = logging.INFO if error.retriable else logging.ERROR
+                    log.log(level, "%s marker of %r for %s failed with %s; retrying",
+                            "COMMIT" if commit else "ABORT", transactional_id, tp, error.name)
+                    retry = True
+            if retry:
+                await asyncio.sleep(backoff)
+        while True:
+            if not self._owns(transactional_id, md):
+                return
+            error = await self._persist(transactional_id, md, complete,
+                                        keep_pending_on_error=True)
+            if not error:
+                log.debug("completed %s of %r", complete.state.name, transactional_id)
+                return
+            await asyncio.sleep(backoff)
+
+    # -- timeouts and expiration ----------------------------------------------------------
+
+    async def abort_timed_out_transactions(self) -> int:
+        """Abort (and fence) every ONGOING transaction older than its timeout; returns how
+        many aborts were started. Each abort answers like an EndTxn: once PREPARE_ABORT is
+        durable, markers follow."""
+        if not self.active:
+            return 0
+        now = self.clock()
+        started = []
+        for transactional_id, md in list(self.txns.items()):
+            if self.check_available(transactional_id) or not core.timed_out(md, now):
+                continue
+            log.info("aborting transaction of %r (producer id %d epoch %d): older than its "
+                     "timeout of %d ms", transactional_id, md.producer_id, md.producer_epoch,
+                     md.txn_timeout_ms)
+            started.append(self._run(self._abort_timed_out(transactional_id, md)))
+        await asyncio.gather(*started)
+        return len(started)
+
+    async def _abort_timed_out(self, transactional_id: str, md: TxnMetadata) -> TxnResult:
+        server_tv = self.config.transaction_version
+        decision = await self._decide(lambda new_producer_id: core.abort_timed_out(
+            md, self.clock(), server_tv, new_producer_id))
+        if decision.transit is None:
+            return TxnResult(decision.error)
+        result = await self._end_prepared(transactional_id, md, decision, commit=False,
+                                          client_tv=server_tv)
+        if result.error:
+            log.warning("abort of the timed-out transaction of %r failed: %s",
+                        transactional_id, result.error.name)
+        return result
+
+    async def remove_expired_transactional_ids(self) -> int:
+        """Forget transactional ids not used for ``transactional.id.expiration.ms`` (only
+        EMPTY / COMPLETE_*): a tombstone per id, then removal. Returns how many."""
+        if not self.active:
+            return 0
+        now = self.clock()
+        by_partition: dict[int, list[tuple[str, TxnMetadata, TxnTransit]]] = {}
+        for transactional_id, md in list(self.txns.items()):
+            if self.check_available(transactional_id):
+                continue
+            if core.expired(md, now, self.config.transactional_id_expiration_ms):
+                by_partition.setdefault(self.partition_for(transactional_id), []).append(
+                    (transactional_id, md, md.prepare_dead()))
+        if not by_partition:
+            return 0
+        removed = await asyncio.gather(*(self._run(self._write_tombstones(partition, entries))
+                                         for partition, entries in by_partition.items()))
+        return sum(removed)
+
+    async def _write_tombstones(self, partition: int,
+                                entries: list[tuple[str, TxnMetadata, TxnTransit]]) -> int:
+        plog = None
+        if not self.ensure_topic():
+            plog = self.log_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition)
+        ok = False
+        if plog is not None:
+            now = self.clock()
+            batch = build_batch([(encode_key(tid), None, None, now) for tid, _, _ in entries])
+            try:
+                result = plog.append(bytearray(batch), origin="coordinator")
+                await plog.wait_durable(result.next_offset)
+                ok = True
+            except KafkaError as e:
+                log.warning("writing tombstones to %s-%d failed: %s",
+                            TRANSACTION_STATE_TOPIC_NAME, partition, e)
+        removed = 0
+        for transactional_id, md, transit in entries:
+            if (ok and self.txns.get(transactional_id) is md and md.pending_state == S.DEAD
+                    and md.producer_epoch == transit.producer_epoch):
+                del self.txns[transactional_id]
+                removed += 1
+                log.info("transactional id %r expired", transactional_id)
+            elif md.pending_state == S.DEAD:
+                md.pending_state = None
+        return removed
+
+    # -- admin ----------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TxnDescription:
+        if not self.active:
+            return TxnDescription(transactional_id, Error.COORDINATOR_NOT_AVAILABLE)
+        if not transactional_id:
+            return TxnDescription(transactional_id, Error.INVALID_REQUEST)
+        error = self.check_available(transactional_id)
+        if error:
+            return TxnDescription(transactional_id, error)
+        md = self.txns.get(transactional_id)
+        if md is None or md.state == S.DEAD:
+            return TxnDescription(transactional_id, Error.TRANSACTIONAL_ID_NOT_FOUND)
+        partitions: dict[str, list[int]] = {}
+        for tp in sorted(md.topic_partitions):
+            partitions.setdefault(tp.topic, []).append(tp.partition)
+        return TxnDescription(transactional_id, Error.NONE, md.state.state_name,
+                              md.producer_id, md.producer_epoch, md.txn_timeout_ms,
+                              md.txn_start_timestamp, partitions)
+
+    def list_transactions(self, state_filters: Iterable[str] = (),
+                          producer_id_filters: Iterable[int] = (),
+                          duration_filter_ms: int = -1,
+                          transactional_id_pattern: str | None = None) -> TxnListing:
+        """ListTransactions: every id (never DEAD ones) matching all filters: states by
+        name (unknown names are reported back), producer ids, open longer than
+        ``duration_filter_ms`` (>= 0), transactional id matching the regular expression."""
+        if not self.active:
+            return TxnListing(Error.COORDINATOR_NOT_AVAILABLE)
+        if self.loading:
+            return TxnListing(Error.COORDINATOR_LOAD_IN_PROGRESS)
+        state_names = list(state_filters)
+        states = {TransactionState.from_name(name) for name in state_names} - {None}
+        unknown = [name for name in state_names if TransactionState.from_name(name) is None]
+        producer_ids = set(producer_id_filters)
+        pattern = None
+        if transactional_id_pattern:
+            try:
+                pattern = re.compile(transactional_id_pattern)
+            except re.error:
+                return TxnListing(Error.INVALID_REGULAR_EXPRESSION)
+        now = self.clock()
+        rows = []
+        for transactional_id, md in sorted(self.txns.items()):
+            if md.state == S.DEAD:
+                continue
+            if producer_ids and md.producer_id not in producer_ids:
+                continue
+            if state_names and md.state not in states:
+                continue
+            if duration_filter_ms >= 0 and now - md.txn_start_timestamp <= duration_filter_ms:
+                continue
+            if pattern is not None and not pattern.fullmatch(transactional_id):
+                continue
+            rows.append((transactional_id, md.producer_id, md.state.state_name))
+        return TxnListing(Error.NONE, rows, unknown)
+
+    # -- loading --------------------------------------------------------------------------
+
+    async def _load_all(self) -> None:
+        started = self.clock()
+        for partition in sorted(self.loading):
+            plog = self.log_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition)
+            loaded: dict[str, TxnMetadata] = {}
+            if plog is not None:
+                await self._load_partition(partition, plog, loaded)
+            self.txns.update(loaded)
+            self.loading.discard(partition)
+            for transactional_id, md in loaded.items():
+                if md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                    log.info("completing the %s transaction of %r found at start",
+                             md.state.name, transactional_id)
+                    self._start_completion(transactional_id, md,
+                                           md.prepare_complete(self.clock()),
+                                           md.state == S.PREPARE_COMMIT)
+        log.info("loaded %d transactional ids from %s in %d ms", len(self.txns),
+                 TRANSACTION_STATE_TOPIC_NAME, self.clock() - started)
+
+    async def _load_partition(self, partition: int, plog,
+                              loaded: dict[str, TxnMetadata]) -> None:
+        end = plog.log_end_offset
+        for count, (header, data) in enumerate(
+                plog.iter_batches_from(plog.log_start_offset, with_data=True), 1):
+            if header.base_offset >= end:
+                break
+            if header.is_control:
+                continue
+            try:
+                records = list(iter_records(data, header))
+            except ProtocolError as e:
+                log.error("%s-%d: unreadable batch at %d skipped: %s",
+                          TRANSACTION_STATE_TOPIC_NAME, partition, header.base_offset, e)
+                continue
+            for record in records:
+                try:
+                    transactional_id = decode_key(record.key or b"")
+                    if record.value is None:
+                        loaded.pop(transactional_id, None)
+                        continue
+                    loaded[transactional_id] = metadata_from_value(
+                        transactional_id, decode_value(record.value))
+                except (UnknownKeyVersion, UnknownValueVersion) as e:
+                    log.warning("%s-%d offset %d: %s; ignored", TRANSACTION_STATE_TOPIC_NAME,
+                                partition, record.offset, e)
+                except ProtocolError as e:
+                    log.error("%s-%d: unreadable record at %d skipped: %s",
+                              TRANSACTION_STATE_TOPIC_NAME, partition, record.offset, e)
+            if count % _LOAD_YIELD_BATCHES == 0:
+                await asyncio.sleep(0)
+
+
+__all__ = ["TransactionCoordinator", "TxnDescription", "TxnListing", "TxnResult",
+           "WriteMarkers"]

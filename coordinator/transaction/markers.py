@@ -1,0 +1,76 @@
+"""A plain transaction-marker writer over the local logs (the default ``write_markers``).
+
+For each partition of a transaction it appends one COMMIT/ABORT control batch (producer id,
+epoch, coordinator epoch; ``origin="coordinator"``) and waits until it is durable; the
+partitions of ``__consumer_offsets`` go through the group coordinator, which writes the
+marker there and then publishes or drops the transaction's pending offsets. The result is
+one error code per partition, as a WriteTxnMarkers response carries them:
+UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist (a deleted topic), the
+append's or the durability wait's error otherwise.
+
+Whatever the partition logs do with a marker (producer state, last stable offset, aborted
+transaction index, stale epochs) happens inside ``PartitionLog.append``. The broker may wire
+in another writer with the same signature (the one serving the WriteTxnMarkers API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from protocol.errors import Error, KafkaError
+from protocol.records import build_control_batch
+from storage.topic_partition import TopicPartition
+
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+
+
+class LogMarkerWriter:
+    def __init__(self, log_manager, group_coordinator=None, *,
+                 clock: Callable[[], int]) -> None:
+        self.log_manager = log_manager
+        self.group_coordinator = group_coordinator
+        self.clock = clock
+
+    async def __call__(self, transactional_id: str | None, producer_id: int,
+                       producer_epoch: int, coordinator_epoch: int, commit: bool,
+                       partitions: Iterable[TopicPartition], *,
+                       transaction_version: int = 0) -> dict[TopicPartition, Error]:
+        del transactional_id, transaction_version  # the partition logs check epochs
+        errors: dict[TopicPartition, Error] = {}
+        waits: list[tuple[TopicPartition, object, int]] = []
+        offsets: list[TopicPartition] = []
+        now = self.clock()
+        for tp in partitions:
+            if tp.topic == GROUP_METADATA_TOPIC_NAME and self.group_coordinator is not None:
+                offsets.append(tp)
+                continue
+            plog = self.log_manager.get_partition(tp.topic, tp.partition)
+            if plog is None:
+                errors[tp] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            batch = build_control_batch(commit=commit, producer_id=producer_id,
+                                        producer_epoch=producer_epoch,
+                                        coordinator_epoch=coordinator_epoch, timestamp_ms=now)
+            try:
+                result = plog.append(bytearray(batch), origin="coordinator")
+            except KafkaError as e:
+                errors[tp] = e.code
+                continue
+            waits.append((tp, plog, result.next_offset))
+        group_results = [self.group_coordinator.complete_transaction(
+            producer_id, producer_epoch, coordinator_epoch, tp.partition, commit)
+            for tp in offsets]
+        results = await asyncio.gather(
+            *(plog.wait_durable(offset) for _, plog, offset in waits), *group_results,
+            return_exceptions=True)
+        for tp, result in zip([tp for tp, _, _ in waits] + offsets, results, strict=True):
+            if isinstance(result, KafkaError):
+                errors[tp] = result.code
+            elif isinstance(result, BaseException):
+                raise result
+            elif isinstance(result, Error):
+                errors[tp] = result
+            else:
+                errors[tp] = Error.NONE
+        return errors
