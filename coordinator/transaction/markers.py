@@ -42,12 +42,12 @@ class LogMarkerWriter:
         offsets: list[TopicPartition] = []
         now = self.clock()
         for tp in partitions:
-            if tp.topic == GROUP_METADATA_TOPIC_NAME and self.group_coordinator is not None:
-                offsets.append(tp)
-                continue
             plog = self.log_manager.get_partition(tp.topic, tp.partition)
             if plog is None:
                 errors[tp] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if tp.topic == GROUP_METADATA_TOPIC_NAME and self.group_coordinator is not None:
+                offsets.append(tp)
                 continue
             batch = build_control_batch(commit=commit, producer_id=producer_id,
                                         producer_epoch=producer_epoch,

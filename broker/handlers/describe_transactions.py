@@ -1,0 +1,43 @@
+"""DescribeTransactions (key 65), v0 (KIP-664).
+
+For each transactional id: its state name ("Ongoing", "PrepareCommit" ...), producer id and
+epoch, timeout, start time and the partitions of the current transaction; per id errors:
+TRANSACTIONAL_ID_NOT_FOUND (unknown or expiring), INVALID_REQUEST (empty id),
+COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from broker.handlers._txn import txn_coordinator
+from protocol.errors import Error
+from protocol.messages.describe_transactions_request import DescribeTransactionsRequest
+from protocol.messages.describe_transactions_response import (
+    DescribeTransactionsResponse,
+    TopicData,
+    TransactionState,
+)
+
+API_KEY = 65
+
+
+async def handle(ctx, req: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+    tc = txn_coordinator(ctx)
+    if tc is None:
+        return error_response(req, Error.COORDINATOR_NOT_AVAILABLE)
+    states = []
+    for transactional_id in req.transactional_ids:
+        d = tc.describe(transactional_id)
+        states.append(TransactionState(
+            error_code=d.error, transactional_id=transactional_id, transaction_state=d.state,
+            transaction_timeout_ms=d.transaction_timeout_ms,
+            transaction_start_time_ms=d.transaction_start_time_ms,
+            producer_id=d.producer_id, producer_epoch=d.producer_epoch,
+            topics=[TopicData(topic=topic, partitions=partitions)
+                    for topic, partitions in d.partitions.items()]))
+    return DescribeTransactionsResponse(transaction_states=states)
+
+
+def error_response(req: DescribeTransactionsRequest, code: Error) -> DescribeTransactionsResponse:
+    return DescribeTransactionsResponse(transaction_states=[
+        TransactionState(error_code=code, transactional_id=t, producer_id=-1, producer_epoch=-1)
+        for t in req.transactional_ids])
