@@ -32,7 +32,7 @@ import asyncio
 import inspect
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,6 +69,7 @@ log = logging.getLogger("coordinator.transaction")
 
 S = TransactionState
 _LOAD_YIELD_BATCHES = 256
+_TOMBSTONE_BATCH_BYTES = 256 * 1024  # tombstone batches stay well below max.message.bytes
 # marker results after which the partition needs no marker any more (Kafka drops deleted
 # partitions and those that cannot take markers; a newer producer or coordinator epoch
 # already closed the partition's transaction - Kafka abandons the whole completion then and
@@ -117,6 +118,21 @@ class TxnListing:
     unknown_state_filters: list[str] = field(default_factory=list)
 
 
+def _chunks(entries: list, max_bytes: int) -> Iterator[list]:
+    """Consecutive runs of (transactional id, ...) entries whose ids fit in ``max_bytes``."""
+    chunk: list = []
+    size = 0
+    for entry in entries:
+        entry_size = len(entry[0].encode()) + 32  # key and record overhead
+        if chunk and size + entry_size > max_bytes:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += entry_size
+    if chunk:
+        yield chunk
+
+
 class _NeedProducerId(Exception):
     """A decision needs a new producer id: the shell fetches one and decides again."""
 
@@ -161,17 +177,19 @@ class TransactionCoordinator:
                         self.remove_expired_transactional_ids), name="semel-txn-expiration"))
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        """Stop serving: operations in flight finish (bounded); marker writing stops (a
-        restart completes PREPARE_* transactions from the log)."""
+        """Stop serving: operations in flight and transactions being completed get
+        ``grace_s`` to finish; what is left of the completions stops (a restart completes
+        PREPARE_* transactions from the log)."""
         if not self.active:
             return
-        self.active = False
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
-        if self._ops:
-            await asyncio.wait(list(self._ops), timeout=grace_s)
+        self.active = False  # new requests get COORDINATOR_NOT_AVAILABLE from here on
+        pending = [*self._ops, *self._completions.values()]
+        if pending:
+            await asyncio.wait(pending, timeout=grace_s)
         completions = list(self._completions.values())
         for task in completions:
             task.cancel()
@@ -225,7 +243,7 @@ class TransactionCoordinator:
         return Error.NONE
 
     def _owns(self, transactional_id: str, md: TxnMetadata) -> bool:
-        return self.active and self.txns.get(transactional_id) is md
+        return self.txns.get(transactional_id) is md
 
     async def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run an operation in its own task: cancelling the caller does not cut it short."""
@@ -568,8 +586,10 @@ class TransactionCoordinator:
                     (transactional_id, md, md.prepare_dead()))
         if not by_partition:
             return 0
-        removed = await asyncio.gather(*(self._run(self._write_tombstones(partition, entries))
-                                         for partition, entries in by_partition.items()))
+        removed = await asyncio.gather(*(
+            self._run(self._write_tombstones(partition, chunk))
+            for partition, entries in by_partition.items()
+            for chunk in _chunks(entries, _TOMBSTONE_BATCH_BYTES)))
         return sum(removed)
 
     async def _write_tombstones(self, partition: int,

@@ -460,3 +460,36 @@ def test_partition_for_is_kafkas():
     assert java_string_hash("é-ü-𝄞") == -1868460993  # UTF-16 code units
     assert partition_for("é-ü-𝄞", 50) == 43
     assert partition_for("polygenelubricants", 50) == 0  # hashCode is Integer.MIN_VALUE
+
+
+async def test_expired_ids_are_tombstoned_in_bounded_batches(tmp_path, monkeypatch):
+    from coordinator.transaction import coordinator as module
+    monkeypatch.setattr(module, "_TOMBSTONE_BATCH_BYTES", 200)
+    clock = ManualClock()
+    async with running(tmp_path, clock=clock, transactional_id_expiration_ms=1000,
+                       transaction_state_log_num_partitions=1) as env:
+        tc = env.tc
+        for i in range(12):
+            await tc.init_producer_id(f"id-{i:02d}", 60000)
+        clock.advance(1000)
+        assert await tc.remove_expired_transactional_ids() == 12
+        assert not tc.txns
+        plog = env.log_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, 0)
+        tombstone_batches = [h for h, _ in plog.iter_batches_from(12)]
+        assert len(tombstone_batches) == 3  # 12 ids of 5 bytes + 32 each, 200 bytes a batch
+        assert plog.log_end_offset == 24
+
+
+async def test_stop_lets_a_completion_finish_within_the_grace_period(tmp_path):
+    markers = FakeMarkers()
+    markers.gate = asyncio.Event()
+    async with running(tmp_path, markers=markers) as env:
+        tc = env.tc
+        pid, epoch = await begin(tc)
+        assert (await tc.end_txn("tx", pid, epoch, True)).error == Error.NONE
+        await markers.called.wait()
+        asyncio.get_running_loop().call_soon(markers.gate.set)
+        await tc.stop(grace_s=30)
+        assert env.states_written("tx")[-1] == S.COMPLETE_COMMIT
+        assert (await tc.end_txn("tx", pid, epoch, True)).error == \
+            Error.COORDINATOR_NOT_AVAILABLE
