@@ -383,3 +383,19 @@ def test_list_describe_delete_groups_and_offset_delete(wire, name):
         ("missing-" + name, Error.GROUP_ID_NOT_FOUND)}
     assert len(deleted.results) == 3
     assert fetch_offsets(wire, name + "-simple", None)[1] == {}
+
+
+def test_graceful_stop_answers_parked_joins_with_not_coordinator(tmp_path):
+    overrides = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"}
+    b = BrokerThread(tmp_path / "data", overrides).start()
+    try:
+        with KafkaWire.connect(b.bootstrap) as w1, KafkaWire.connect(b.bootstrap) as w2:
+            a, _ = join(w1, "g")
+            sync(w1, "g", a, 1, {a: b""})
+            second = w2.request(JOIN_GROUP, 9, join_request("g"))
+            w2.send(JOIN_GROUP, 9, join_request("g", second.member_id))  # waits for a
+            b.stop()
+            parked = w2.receive()
+            assert parked.error_code == Error.NOT_COORDINATOR
+    finally:
+        b.stop()
