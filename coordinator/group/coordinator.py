@@ -312,8 +312,12 @@ class GroupCoordinator:
         started = self.clock()
         for partition in sorted(self.loading):
             plog = self.log_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
-            if plog is not None:
-                await self._load_partition(partition, plog)
+            try:
+                if plog is not None:
+                    await self._load_partition(partition, plog)
+            except (OSError, KafkaError, ProtocolError) as e:
+                log.error("loading %s-%d failed, serving what was read: %s",
+                          GROUP_METADATA_TOPIC_NAME, partition, e)
             self.loading.discard(partition)
             self._call(self.shard.on_loaded, partition)
         log.info("loaded %d groups from %s in %d ms", len(self.shard.group_manager.groups),
@@ -353,7 +357,11 @@ class GroupCoordinator:
                         log.error("%s-%d: unreadable record at %d skipped: %s",
                                   GROUP_METADATA_TOPIC_NAME, partition, record.offset, e)
                         continue
-                    shard.replay(parsed, record.offset, producer_id)
+                    try:
+                        shard.replay(parsed, record.offset, producer_id)
+                    except (AssertionError, ValueError) as e:
+                        log.error("%s-%d: record at %d not applied: %s",
+                                  GROUP_METADATA_TOPIC_NAME, partition, record.offset, e)
             if count % _LOAD_YIELD_BATCHES == 0:
                 await asyncio.sleep(0)
 
