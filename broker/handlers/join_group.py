@@ -23,7 +23,9 @@ async def handle(ctx, req: JoinGroupRequest) -> JoinGroupResponse:
     gc = coordinator(ctx)
     error = gc.check_available(req.group_id)
     if error:
-        response = JoinGroupResponse(error_code=error, member_id=req.member_id)
+        # Kafka echoes the member id only when the coordinator is not running at all
+        member_id = req.member_id if error == Error.COORDINATOR_NOT_AVAILABLE else ""
+        response = JoinGroupResponse(error_code=error, member_id=member_id)
     else:
         if ctx.api_version == 0:
             req.rebalance_timeout_ms = req.session_timeout_ms
