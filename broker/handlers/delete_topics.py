@@ -65,12 +65,16 @@ async def handle(ctx, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
             targets[result.topic_id] = len(results)
         results.append(result)
 
+    deleted: list[str] = []
     for topic_id, index in targets.items():
         name = results[index].name
         try:
             logs.delete_topic(name)
+            deleted.append(name)
         except KafkaError as e:
             results[index] = _result(name, topic_id, e.code, e.message)
+    if deleted:  # committed offsets of deleted topics go too (Kafka's onPartitionsDeleted)
+        ctx.broker.group_coordinator.on_topics_deleted(deleted)
     return DeleteTopicsResponse(responses=results)
 
 

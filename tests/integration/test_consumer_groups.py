@@ -361,3 +361,22 @@ def test_java_consumer_group_hands_over_through_committed_offsets(shared_broker,
         Counter(second)
     assert committed_offsets(bootstrap, group, topic) == {
         p: 2 * PER_PARTITION for p in range(PARTITIONS)}
+
+
+def test_deleting_a_topic_drops_its_committed_offsets(broker) -> None:
+    """DeleteTopics tells the group coordinator; a re-created topic starts with no offsets."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("doomed", 1)])["doomed"].result(30)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-doomed",
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition("doomed", 0, 0)], asynchronous=False)
+        assert consumer.committed([TopicPartition("doomed", 0)], timeout=10)[0].offset == 0
+        admin.delete_topics(["doomed"])["doomed"].result(30)
+        admin.create_topics([NewTopic("doomed", 1)])["doomed"].result(30)
+        assert consumer.committed([TopicPartition("doomed", 0)], timeout=10)[0].offset < 0
+    finally:
+        consumer.close()
