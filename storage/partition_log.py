@@ -44,6 +44,7 @@ from protocol.records import (
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_OFFSET,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     ControlType,
     CorruptRecordError,
@@ -64,6 +65,7 @@ from storage.producer_state import (
     BatchMetadata,
     CompletedTxn,
     ProducerAppendInfo,
+    ProducerStateEntry,
     ProducerStateManager,
 )
 from storage.segment import DELETED_SUFFIX, AppendedBatch, LogSegment, SegmentRollbackError
@@ -75,6 +77,10 @@ NO_TIMESTAMP = -1
 _INT32_MAX = 2**31 - 1
 _LENGTH = struct.Struct(">i")
 ORIGINS = ("client", "coordinator", "replication")
+
+
+# staged updates per producer id | (entry, its next batch) | the batch a retry duplicates
+_Analysis = dict[int, ProducerAppendInfo] | tuple[ProducerStateEntry, BatchMetadata] | BatchMetadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,12 +304,13 @@ class PartitionLog:
         # Kafka's analyzeAndValidateProducerState: after offsets and the roll, before the
         # write; it only stages updates, applied below once the write has succeeded
         staged: dict[int, ProducerAppendInfo] | None = None
+        fast: tuple[ProducerStateEntry, BatchMetadata] | None = None
         completed: list[CompletedTxn] = []
         if has_producer_ids:
             analysis = self._analyze_producer_state(
                 buf, headers, batches, origin, transaction_version, completed
             )
-            if isinstance(analysis, BatchMetadata):
+            if type(analysis) is BatchMetadata:
                 return AppendResult(
                     analysis.first_offset,
                     analysis.last_offset,
@@ -311,7 +318,10 @@ class PartitionLog:
                     self.log_start_offset,
                     duplicate=True,
                 )
-            staged = analysis
+            if type(analysis) is tuple:
+                fast = analysis
+            else:
+                staged = analysis
 
         segment = self._segments[-1]
         try:
@@ -329,7 +339,9 @@ class PartitionLog:
             raise self._storage_error("append", exc) from exc
         self._log_end_offset = offset
         producer_state = self.producer_state
-        if staged:
+        if fast is not None:
+            producer_state.apply_in_sequence_append(*fast)
+        elif staged:
             for append_info in staged.values():
                 producer_state.update(append_info)
             for txn in completed:
@@ -360,13 +372,35 @@ class PartitionLog:
         origin: str,
         transaction_version: int,
         completed: list[CompletedTxn],
-    ) -> dict[int, ProducerAppendInfo] | BatchMetadata:
+    ) -> _Analysis:
         """Validate every batch with a producer id against the producer state; the staged
-        updates per producer id, or the metadata of the batch a client batch duplicates."""
+        updates per producer id (or, for the produce path's common case, the producer's
+        entry and its next batch), or the metadata of the batch a client batch duplicates."""
         producer_state = self.producer_state
         producers = producer_state.producers
-        staged: dict[int, ProducerAppendInfo] = {}
         from_client = origin == ORIGIN_CLIENT
+        if from_client and len(headers) == 1 and not headers[0][5] & TRANSACTIONAL_MASK:
+            # one batch (Produce v3+), the producer's next in its epoch: no staging objects
+            header = headers[0]
+            entry = producers.get(header[9])
+            if entry is not None:
+                base_sequence, delta = header[11], header[6]
+                appended = batches[0]
+                last_offset = appended.last_offset
+                batch = producer_state.prepare_in_sequence_append(
+                    entry,
+                    header[10],
+                    base_sequence,
+                    base_sequence + delta
+                    if base_sequence <= _INT32_MAX - delta
+                    else delta - (_INT32_MAX - base_sequence) - 1,
+                    appended.max_timestamp,
+                    last_offset - delta,
+                    last_offset,
+                )
+                if batch is not None:
+                    return entry, batch
+        staged: dict[int, ProducerAppendInfo] = {}
         for header, appended in zip(headers, batches, strict=True):
             producer_id = header[9]
             if producer_id < 0:

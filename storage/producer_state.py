@@ -81,6 +81,17 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
+def out_of_order_sequence(
+    producer_id: int, offset: int, topic_partition: TopicPartition, first_seq: int, last_seq: int
+) -> KafkaError:
+    return KafkaError(
+        Error.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        f"Out of order sequence number for producer {producer_id} at offset {offset} in "
+        f"partition {topic_partition}: {first_seq} (incoming seq. number), {last_seq} "
+        "(current end sequence number)",
+    )
+
+
 class BatchMetadata:
     """One appended batch of a producer: what a duplicate of it is answered with."""
 
@@ -323,11 +334,8 @@ class ProducerAppendInfo:
         if current.producer_epoch != NO_PRODUCER_EPOCH and not in_sequence(
             current_last_seq, first_seq
         ):
-            raise KafkaError(
-                Error.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"Out of order sequence number for producer {self.producer_id} at offset "
-                f"{offset} in partition {self.topic_partition}: {first_seq} (incoming seq. "
-                f"number), {current_last_seq} (current end sequence number)",
+            raise out_of_order_sequence(
+                self.producer_id, offset, self.topic_partition, first_seq, current_last_seq
             )
 
     def append_data_batch(
@@ -469,6 +477,38 @@ class ProducerStateManager:
         if current is None:
             current = ProducerStateEntry(producer_id)
         return ProducerAppendInfo(self.topic_partition, producer_id, current, origin)
+
+    def prepare_in_sequence_append(
+        self,
+        entry: ProducerStateEntry,
+        producer_epoch: int,
+        first_seq: int,
+        last_seq: int,
+        timestamp: int,
+        first_offset: int,
+        last_offset: int,
+    ) -> BatchMetadata | None:
+        """The produce path's common case without staging objects: a client's
+        non-transactional batch that continues a known producer's sequence in its current
+        epoch (so it cannot be a duplicate either). Returns the batch for
+        `apply_in_sequence_append`; None for everything else, which `prepare_update` and
+        `append_data_batch` decide (duplicates, errors, new epochs, transactions)."""
+        batches = entry.batch_metadata
+        if (
+            entry.producer_epoch != producer_epoch
+            or entry.current_txn_first_offset != NO_OFFSET
+            or not batches
+        ):
+            return None
+        last = batches[-1].last_seq
+        if first_seq != last + 1 and not (first_seq == 0 and last == INT32_MAX):
+            return None
+        return BatchMetadata(last_seq, last_offset, last_offset - first_offset, timestamp)
+
+    @staticmethod
+    def apply_in_sequence_append(entry: ProducerStateEntry, batch: BatchMetadata) -> None:
+        entry.batch_metadata.append(batch)
+        entry.last_timestamp = batch.timestamp
 
     def update(self, append_info: ProducerAppendInfo) -> None:
         """Apply a staged append (after the log write succeeded)."""

@@ -27,10 +27,23 @@ from storage.producer_state import (
 PID = 4242
 
 
-def batch(seq: int, count: int = 1, *, pid: int = PID, epoch: int = 0, txn: bool = False,
-          timestamp: int = 1_700_000_000_000) -> bytes:
-    return make_batch(count, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                      is_transactional=txn, timestamp=timestamp)
+def batch(
+    seq: int,
+    count: int = 1,
+    *,
+    pid: int = PID,
+    epoch: int = 0,
+    txn: bool = False,
+    timestamp: int = 1_700_000_000_000,
+) -> bytes:
+    return make_batch(
+        count,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        is_transactional=txn,
+        timestamp=timestamp,
+    )
 
 
 def snapshot_files(directory) -> list[str]:
@@ -38,16 +51,29 @@ def snapshot_files(directory) -> list[str]:
 
 
 def state_of(plog) -> dict:
-    return {pid: (e.producer_epoch, e.coordinator_epoch, e.current_txn_first_offset,
-                  [(b.last_seq, b.last_offset, b.offset_delta) for b in e.batch_metadata])
-            for pid, e in plog.producer_state.producers.items()}
+    return {
+        pid: (
+            e.producer_epoch,
+            e.coordinator_epoch,
+            e.current_txn_first_offset,
+            [(b.last_seq, b.last_offset, b.offset_delta) for b in e.batch_metadata],
+        )
+        for pid, e in plog.producer_state.producers.items()
+    }
 
 
 def kafka_entry(pid, epoch, last_seq, last_offset, delta, ts, coord, txn) -> bytes:
     # field by field, as Kafka's PRODUCER_SNAPSHOT_ENTRY_SCHEMA lays them out
-    return (struct.pack(">q", pid) + struct.pack(">h", epoch) + struct.pack(">i", last_seq)
-            + struct.pack(">q", last_offset) + struct.pack(">i", delta) + struct.pack(">q", ts)
-            + struct.pack(">i", coord) + struct.pack(">q", txn))
+    return (
+        struct.pack(">q", pid)
+        + struct.pack(">h", epoch)
+        + struct.pack(">i", last_seq)
+        + struct.pack(">q", last_offset)
+        + struct.pack(">i", delta)
+        + struct.pack(">q", ts)
+        + struct.pack(">i", coord)
+        + struct.pack(">q", txn)
+    )
 
 
 def kafka_file(entries: list[bytes]) -> bytes:
@@ -59,9 +85,14 @@ def kafka_file(entries: list[bytes]) -> bytes:
 
 
 def test_byte_layout_of_a_single_batch_producer():
-    entry = ProducerStateEntry(PID, 3, coordinator_epoch=7, last_timestamp=1234,
-                               current_txn_first_offset=-1,
-                               batches=[BatchMetadata(19, 119, 4, 1234)])
+    entry = ProducerStateEntry(
+        PID,
+        3,
+        coordinator_epoch=7,
+        last_timestamp=1234,
+        current_txn_first_offset=-1,
+        batches=[BatchMetadata(19, 119, 4, 1234)],
+    )
     data = encode_snapshot([entry])
     assert data == kafka_file([kafka_entry(PID, 3, 19, 119, 4, 1234, 7, -1)])
     assert len(data) == 2 + 4 + 4 + 46
@@ -70,8 +101,9 @@ def test_byte_layout_of_a_single_batch_producer():
 
 
 def test_producer_without_batches_is_one_entry_with_no_offset():
-    entry = ProducerStateEntry(9, 2, coordinator_epoch=1, last_timestamp=55,
-                               current_txn_first_offset=300)
+    entry = ProducerStateEntry(
+        9, 2, coordinator_epoch=1, last_timestamp=55, current_txn_first_offset=300
+    )
     data = encode_snapshot([entry])
     assert data == kafka_file([kafka_entry(9, 2, -1, -1, 0, 55, 1, 300)])
     (loaded,) = read_snapshot(data)
@@ -89,13 +121,15 @@ def test_whole_window_is_written_oldest_first_and_the_last_entry_is_kafkas():
     assert data[10:56] == kafka_entry(PID, 0, 0, 100, 0, 1000, -1, -1)
     (loaded,) = read_snapshot(data)
     assert [(b.last_seq, b.last_offset) for b in loaded.batch_metadata] == [
-        (s, 100 + s) for s in range(5)]
+        (s, 100 + s) for s in range(5)
+    ]
     assert loaded.last_timestamp == 2000
 
 
 def test_files_written_by_kafka_are_read():
-    data = kafka_file([kafka_entry(1, 0, 41, 900, 9, 77, -1, -1),
-                       kafka_entry(2, 5, -1, -1, 0, 78, 3, 850)])
+    data = kafka_file(
+        [kafka_entry(1, 0, 41, 900, 9, 77, -1, -1), kafka_entry(2, 5, -1, -1, 0, 78, 3, 850)]
+    )
     one, two = read_snapshot(data)
     assert (one.producer_id, one.last_seq, one.first_seq, one.last_data_offset) == (1, 41, 32, 900)
     assert one.batch_metadata[0].first_offset == 891
@@ -104,8 +138,9 @@ def test_files_written_by_kafka_are_read():
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "extend", "version", "short"])
 def test_corrupt_snapshots_are_refused(damage):
-    data = bytearray(encode_snapshot([ProducerStateEntry(1, 0, -1, 5, -1,
-                                                         [BatchMetadata(0, 0, 0, 5)])]))
+    data = bytearray(
+        encode_snapshot([ProducerStateEntry(1, 0, -1, 5, -1, [BatchMetadata(0, 0, 0, 5)])])
+    )
     if damage == "flip":
         data[20] ^= 0x01
     elif damage == "truncate":
@@ -162,8 +197,13 @@ def test_log_manager_periodic_task_expires_producers_and_snapshots(tmp_path):
 
     async def run():
         clock = FakeClock(1_700_000_000_000)
-        manager = LogManager(tmp_path, default_config=LogConfig(), clock=clock,
-                             flush_mode="none", producer_id_expiration_ms=1000)
+        manager = LogManager(
+            tmp_path,
+            default_config=LogConfig(),
+            clock=clock,
+            flush_mode="none",
+            producer_id_expiration_ms=1000,
+        )
         await manager.start()
         manager.create_topic("t", 2)
         p0, p1 = manager.get_partition("t", 0), manager.get_partition("t", 1)

@@ -25,16 +25,33 @@ INT32_MAX = 2**31 - 1
 PID = 1000
 
 
-def batch(seq: int, count: int = 1, *, pid: int = PID, epoch: int = 0, txn: bool = False,
-          timestamp: int = 1_700_000_000_000) -> bytes:
-    return make_batch(count, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                      is_transactional=txn, timestamp=timestamp)
+def batch(
+    seq: int,
+    count: int = 1,
+    *,
+    pid: int = PID,
+    epoch: int = 0,
+    txn: bool = False,
+    timestamp: int = 1_700_000_000_000,
+) -> bytes:
+    return make_batch(
+        count,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        is_transactional=txn,
+        timestamp=timestamp,
+    )
 
 
 def marker(commit: bool, *, pid: int = PID, epoch: int = 0, coordinator_epoch: int = 0) -> bytes:
-    return build_control_batch(commit=commit, producer_id=pid, producer_epoch=epoch,
-                               coordinator_epoch=coordinator_epoch,
-                               timestamp_ms=1_700_000_000_500)
+    return build_control_batch(
+        commit=commit,
+        producer_id=pid,
+        producer_epoch=epoch,
+        coordinator_epoch=coordinator_epoch,
+        timestamp_ms=1_700_000_000_500,
+    )
 
 
 def error_of(plog, data, **kw) -> Error:
@@ -291,8 +308,9 @@ def test_markers_check_producer_and_coordinator_epochs(tmp_path):
     plog.append(batch(0, epoch=3, txn=True))
     error = error_of(plog, marker(False, epoch=3, coordinator_epoch=4), origin="coordinator")
     assert error == Error.TRANSACTION_COORDINATOR_FENCED
-    plog.append(marker(False, epoch=4, coordinator_epoch=5), origin="coordinator",
-                transaction_version=2)
+    plog.append(
+        marker(False, epoch=4, coordinator_epoch=5), origin="coordinator", transaction_version=2
+    )
     assert plog.last_stable_offset == plog.high_watermark
 
 
