@@ -19,6 +19,7 @@ from broker.dispatch import Dispatcher
 from broker.fetch_wait import FetchWaiters
 from broker.metrics import BrokerMetrics
 from coordinator.group import GroupConfig, GroupCoordinator
+from coordinator.producer_id import ProducerIdManager
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 
@@ -60,7 +61,13 @@ class Broker:
         self.log_manager = LogManager(
             Path(config.log_dirs), default_config=self.default_log_config,
             flush_mode=config.log_flush_mode, fs=fs, clock=clock,
-            retention_check_interval_ms=config.log_retention_check_interval_ms)
+            retention_check_interval_ms=config.log_retention_check_interval_ms,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
+            producer_id_expiration_check_interval_ms=(
+                config.producer_id_expiration_check_interval_ms))
+        self.producer_id_manager = ProducerIdManager(
+            Path(config.log_dirs), self.log_manager.fs, broker_id=config.node_id)
+        self.txn_coordinator = None  # the transaction coordinator (issue 6)
         self.fetch_waiters = FetchWaiters()
         # group coordinator (consumer groups, committed offsets in __consumer_offsets)
         self.group_coordinator = GroupCoordinator(
@@ -84,6 +91,7 @@ class Broker:
 
     async def start(self) -> None:
         await self.log_manager.start()
+        await self.producer_id_manager.start()  # the data directory is locked now
         await self.group_coordinator.start()
         listener = self.config.listener
         loop = asyncio.get_running_loop()
@@ -123,6 +131,7 @@ class Broker:
             conn.close()
         self.fetch_waiters.wake_all()
         self.metrics.close()
+        await self.producer_id_manager.close()
         await self.log_manager.close()
         if self._server is not None:
             await self._server.wait_closed()

@@ -1,0 +1,51 @@
+"""InitProducerId (key 22), v0-6.
+
+Without a transactional id (idempotent producers) Kafka's coordinator "blindly accepts":
+a producer id never handed out before (coordinator/producer_id.py), epoch 0, whatever
+producer id/epoch (KIP-360, v3+) or transaction timeout the request carries (clients send
+-1, 0 or 2^31-1) - an idempotent client bumps its epoch itself and asks for a new id only
+when the epoch is exhausted. With a transactional id the transaction coordinator decides
+(fresh id, epoch bump fencing the previous instance, KIP-360 recovery with the expected
+producer id/epoch, epoch exhaustion rotating the id); until it runs (``broker.txn_coordinator``
+is None) the answer is COORDINATOR_NOT_AVAILABLE, Kafka's answer while the coordinator of
+that transactional id is not loaded.
+Checks before that, as KafkaApis makes them: a producer id without an epoch or an epoch
+without a producer id is INVALID_REQUEST; an empty transactional id is INVALID_REQUEST.
+v2: throttle_time_ms. v4+: flexible. v5: the response may carry PRODUCER_FENCED (KIP-588).
+v6 (KIP-939 two-phase commit): enable_2pc/keep_prepared_txn go to the transaction
+coordinator; ongoing_txn_producer_id/epoch are -1 unless it sets them.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import Error, KafkaError
+from protocol.messages.init_producer_id_request import InitProducerIdRequest
+from protocol.messages.init_producer_id_response import InitProducerIdResponse
+
+API_KEY = 22
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+
+async def handle(ctx, req: InitProducerIdRequest) -> InitProducerIdResponse:
+    producer_id, producer_epoch = req.producer_id, req.producer_epoch
+    if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
+        return error_response(req, Error.INVALID_REQUEST)
+    transactional_id = req.transactional_id
+    if transactional_id is None:
+        try:
+            new_id = await ctx.broker.producer_id_manager.generate_producer_id()
+        except KafkaError as e:
+            return error_response(req, e.code)
+        return InitProducerIdResponse(error_code=Error.NONE, producer_id=new_id, producer_epoch=0)
+    if not transactional_id:
+        return error_response(req, Error.INVALID_REQUEST)
+    coordinator = getattr(ctx.broker, "txn_coordinator", None)
+    if coordinator is None:
+        return error_response(req, Error.COORDINATOR_NOT_AVAILABLE)
+    return await coordinator.handle_init_producer_id(ctx, req)
+
+
+def error_response(req: InitProducerIdRequest, code: Error) -> InitProducerIdResponse:
+    return InitProducerIdResponse(error_code=code, producer_id=NO_PRODUCER_ID,
+                                  producer_epoch=NO_PRODUCER_EPOCH)
