@@ -16,10 +16,12 @@ from pathlib import Path
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.dispatch import Dispatcher
+from broker.features import FINALIZED_FEATURES
 from broker.fetch_wait import FetchWaiters
 from broker.metrics import BrokerMetrics
 from coordinator.group import GroupConfig, GroupCoordinator
 from coordinator.producer_id import ProducerIdManager
+from coordinator.transaction import LogMarkerWriter, TransactionCoordinator, TxnConfig
 from storage.config import LogConfig
 from storage.log_manager import LogManager
 
@@ -67,11 +69,17 @@ class Broker:
                 config.producer_id_expiration_check_interval_ms))
         self.producer_id_manager = ProducerIdManager(
             Path(config.log_dirs), self.log_manager.fs, broker_id=config.node_id)
-        self.txn_coordinator = None  # the transaction coordinator (issue 6)
         self.fetch_waiters = FetchWaiters()
         # group coordinator (consumer groups, committed offsets in __consumer_offsets)
         self.group_coordinator = GroupCoordinator(
             self.log_manager, GroupConfig.from_broker_config(config), clock=clock)
+        # transaction coordinator (transactional ids in __transaction_state); markers go
+        # to the partition logs, those of __consumer_offsets through the group coordinator
+        self.txn_coordinator = TransactionCoordinator(
+            self.log_manager, self.producer_id_manager,
+            TxnConfig.from_broker_config(
+                config, FINALIZED_FEATURES.get("transaction.version", 0)),
+            clock, LogMarkerWriter(self.log_manager, self.group_coordinator, clock=clock))
         self.log_manager.on_high_watermark = self.fetch_waiters.notify
         self.dispatcher = Dispatcher(self)
         self._server: asyncio.base_events.Server | None = None
@@ -93,6 +101,7 @@ class Broker:
         await self.log_manager.start()
         await self.producer_id_manager.start()  # the data directory is locked now
         await self.group_coordinator.start()
+        await self.txn_coordinator.start()
         listener = self.config.listener
         loop = asyncio.get_running_loop()
         try:
@@ -100,6 +109,7 @@ class Broker:
                 lambda: Connection(self), listener.host or None, listener.port,
                 reuse_address=True, backlog=1024)
         except OSError as e:
+            await self.txn_coordinator.stop()
             await self.group_coordinator.stop()
             await self.log_manager.close()
             raise OSError(e.errno, f"cannot listen on {listener.host}:{listener.port}: "
@@ -122,6 +132,8 @@ class Broker:
             self._server.close()
         for task in self._tasks:
             task.cancel()
+        # transactions being completed may still need the group coordinator (markers)
+        await self.txn_coordinator.stop(grace_s)
         # parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) before waiting
         await self.group_coordinator.stop()
         in_flight = [t for c in self.connections for t in c.tasks]

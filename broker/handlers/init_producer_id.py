@@ -11,13 +11,15 @@ is None) the answer is COORDINATOR_NOT_AVAILABLE, Kafka's answer while the coord
 that transactional id is not loaded.
 Checks before that, as KafkaApis makes them: a producer id without an epoch or an epoch
 without a producer id is INVALID_REQUEST; an empty transactional id is INVALID_REQUEST.
-v2: throttle_time_ms. v4+: flexible. v5: the response may carry PRODUCER_FENCED (KIP-588).
-v6 (KIP-939 two-phase commit): enable_2pc/keep_prepared_txn go to the transaction
-coordinator; ongoing_txn_producer_id/epoch are -1 unless it sets them.
+v2: throttle_time_ms. v4+: flexible, and PRODUCER_FENCED (KIP-588) - older versions get
+INVALID_PRODUCER_EPOCH instead. v6 (KIP-939 two-phase commit): enable_2pc/keep_prepared_txn
+go to the transaction coordinator, which refuses them (INVALID_REQUEST: two-phase commit is
+off); ongoing_txn_producer_id/epoch stay -1.
 """
 
 from __future__ import annotations
 
+from broker.handlers._txn import fenced_for_old_clients
 from protocol.errors import Error, KafkaError
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.init_producer_id_response import InitProducerIdResponse
@@ -43,7 +45,12 @@ async def handle(ctx, req: InitProducerIdRequest) -> InitProducerIdResponse:
     coordinator = getattr(ctx.broker, "txn_coordinator", None)
     if coordinator is None:
         return error_response(req, Error.COORDINATOR_NOT_AVAILABLE)
-    return await coordinator.handle_init_producer_id(ctx, req)
+    result = await coordinator.init_producer_id(
+        transactional_id, req.transaction_timeout_ms, producer_id, producer_epoch,
+        enable_two_phase_commit=req.enable2_pc, keep_prepared_txn=req.keep_prepared_txn)
+    return InitProducerIdResponse(
+        error_code=fenced_for_old_clients(result.error, ctx.api_version, 4),
+        producer_id=result.producer_id, producer_epoch=result.producer_epoch)
 
 
 def error_response(req: InitProducerIdRequest, code: Error) -> InitProducerIdResponse:
