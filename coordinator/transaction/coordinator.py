@@ -24,6 +24,15 @@ Background tasks abort ONGOING transactions past their timeout (fencing the prod
 epoch bump) and forget transactional ids unused for ``transactional.id.expiration.ms``
 (tombstones). Time comes from the injected ``clock``; tests call
 ``abort_timed_out_transactions`` / ``remove_expired_transactional_ids`` directly.
+
+Where semel differs from Kafka 4.x: a failed ``__transaction_state`` write answers
+COORDINATOR_NOT_AVAILABLE (Kafka: NOT_COORDINATOR for storage errors; both make clients
+retry); a marker refused with INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED counts
+as written (a newer epoch already closed that partition's transaction; Kafka abandons the
+whole completion and leaves the id in PREPARE_* until the partition is reloaded); an epoch
+fence bumps the epoch exactly once also with transaction version 2 (as Kafka after its fix
+of the double bump); KIP-939 two-phase commit is off (InitProducerId with enable_2pc or
+keep_prepared_txn: INVALID_REQUEST).
 """
 
 from __future__ import annotations
