@@ -2,8 +2,9 @@
 
 Starts ``python -m broker serve`` as a subprocess (durable ``fsync`` mode or
 ``log.flush.mode=none``), then runs confluent-kafka producers in separate processes
-(1 KiB records, acks=all) and one consumer reading everything back. Prints one line per
-figure; ``--json`` writes them to a file. Run: ``python bench/broker_throughput.py``.
+(1 KiB records, acks=all; ``--idempotent`` turns enable.idempotence on) and one consumer
+reading everything back. Prints one line per figure; ``--json`` writes them to a file. Run:
+``python bench/broker_throughput.py``.
 """
 
 from __future__ import annotations
@@ -51,12 +52,12 @@ def start_broker(data_dir: str, flush_mode: str) -> tuple[subprocess.Popen, int,
 
 
 def produce_worker(bootstrap: str, topic: str, partition: int, count: int, size: int,
-                   out: mp.Queue) -> None:
+                   out: mp.Queue, idempotent: bool = False) -> None:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                   "batch.size": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
-                  "compression.type": "none", "enable.idempotence": False})
+                  "compression.type": "none", "enable.idempotence": idempotent})
     value = os.urandom(size)
     errors = []
 
@@ -98,7 +99,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int, total: int) -> tupl
     return elapsed, nbytes
 
 
-def run(flush_mode: str, producers: int, mib: int, size: int) -> dict:
+def run(flush_mode: str, producers: int, mib: int, size: int, idempotent: bool = False) -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     data_dir = tempfile.mkdtemp(prefix="semel-bench-")
@@ -114,7 +115,8 @@ def run(flush_mode: str, producers: int, mib: int, size: int) -> dict:
         q: mp.Queue = mp.Queue()
         cpu0 = cpu_seconds(proc.pid)
         t0 = time.perf_counter()
-        workers = [mp.Process(target=produce_worker, args=(bootstrap, topic, i, per, size, q))
+        workers = [mp.Process(target=produce_worker,
+                              args=(bootstrap, topic, i, per, size, q, idempotent))
                    for i in range(producers)]
         for w in workers:
             w.start()
@@ -130,7 +132,8 @@ def run(flush_mode: str, producers: int, mib: int, size: int) -> dict:
         client_cpu = sum(r[2] for r in results)
         c_elapsed, c_bytes = consume_all(bootstrap, topic, producers, total)
         return {
-            "flush_mode": flush_mode, "producers": producers, "record_bytes": size,
+            "flush_mode": flush_mode, "idempotent": idempotent, "producers": producers,
+            "record_bytes": size,
             "records": total, "errors": errors, "startup_s": round(startup, 3),
             "idle_rss_mib": round(idle, 1), "loaded_rss_mib": round(loaded, 1),
             "produce_MBps": round(produced_mb / wall, 1),
@@ -153,11 +156,13 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--producers", type=int, default=1)
     parser.add_argument("--modes", default="none,fsync")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="producers with enable.idempotence=true")
     parser.add_argument("--json")
     args = parser.parse_args()
     results = []
     for mode in args.modes.split(","):
-        r = run(mode, args.producers, args.mib, args.size)
+        r = run(mode, args.producers, args.mib, args.size, args.idempotent)
         print(json.dumps(r), flush=True)
         results.append(r)
     if args.json:

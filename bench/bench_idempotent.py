@@ -1,0 +1,267 @@
+"""Idempotent vs plain produce throughput (target: idempotent >= 0.95 x plain).
+
+Each measurement alternates plain and idempotent runs (`--rounds` each) and reports the
+ratio idempotent/plain of medians (and, for the noisy end-to-end runs, of the best runs and
+of the broker's lowest CPU cost per GB: on a shared machine noise only ever slows a run):
+
+1. append: `PartitionLog.append` in-process (flush mode none) of pre-built v2 batches,
+   plain (no producer id) vs one idempotent producer (producer id, epoch 0, consecutive
+   sequences): the producer-state bookkeeping alone. 1-record batches are its worst case.
+2. wire: `python -m broker serve` fed pre-encoded Produce v9 requests (acks=-1, one
+   `--records`-record batch of 1 KiB records each) over one connection, five in flight as
+   an idempotent client keeps them; MB/s and the broker's CPU seconds per GB, per flush
+   mode. The client does no work while measuring, so this is the broker's throughput.
+3. librdkafka (`--librdkafka`): bench/broker_throughput.py with enable.idempotence off/on.
+   On a small machine this mostly measures librdkafka: its idempotence bookkeeping about
+   doubles the client's CPU, which competes with the broker for the same cores.
+
+Run: ``python bench/bench_idempotent.py [--rounds 5] [--requests 1500] [--librdkafka]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.broker_throughput import cpu_seconds
+from bench.broker_throughput import run as librdkafka_run
+from protocol import api
+from protocol.frame import encode_request_header
+from protocol.records import build_batch
+from storage.config import LogConfig
+from storage.fs import RealFileSystem
+from storage.recovery import open_partition_log
+from storage.topic_partition import TopicPartition
+from tests.kafka_wire import KafkaWire, create_topic, message, produce_request
+
+PRODUCE, INIT_PRODUCER_ID = 0, 22
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- 1. append ----------------------------------------------------------------------------------
+
+
+def append_rate(idempotent: bool, records_per_batch: int, batches: int, value_size: int) -> float:
+    """Records per second through PartitionLog.append."""
+    value = b"x" * value_size
+    now = now_ms()
+    built = []
+    for n in range(batches):
+        kw = {}
+        if idempotent:
+            kw = {"producer_id": 7, "producer_epoch": 0, "base_sequence": n * records_per_batch}
+        built.append(bytearray(build_batch([(None, value, None, now)] * records_per_batch, **kw)))
+    with tempfile.TemporaryDirectory() as tmp:
+        plog = open_partition_log(
+            RealFileSystem(),
+            tmp,
+            TopicPartition("b", 0),
+            LogConfig(),
+            clock=now_ms,
+            clean_shutdown=True,
+            durable=False,
+        )
+        t0 = time.perf_counter()
+        for data in built:
+            plog.append(data)
+        elapsed = time.perf_counter() - t0
+        plog.close(flush=False)
+    return batches * records_per_batch / elapsed
+
+
+# -- 2. wire --------------------------------------------------------------------------------------
+
+
+def produce_frames(producer_id: int | None, requests: int, records: int) -> list[bytes]:
+    value = os.urandom(1024)
+    now = now_ms()
+    frames = []
+    for n in range(requests):
+        kw = {}
+        if producer_id is not None:
+            kw = {"producer_id": producer_id, "producer_epoch": 0, "base_sequence": n * records}
+        batch = build_batch([(None, value, None, now)] * records, **kw)
+        payload = bytearray(
+            encode_request_header(
+                PRODUCE, 9, n + 1, "bench", api.request_header_version(PRODUCE, 9)
+            )
+        )
+        api.codec(PRODUCE, "request").encode(9, produce_request("bench", 0, batch), payload)
+        frames.append(len(payload).to_bytes(4, "big") + bytes(payload))
+    return frames
+
+
+def wire_run(idempotent: bool, flush_mode: str, requests: int, records: int) -> dict:
+    data_dir = tempfile.mkdtemp(prefix="semel-bench-")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            data_dir,
+            "--set",
+            f"log.flush.mode={flush_mode}",
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        m = re.search(r"ready on [\d.]+:(\d+)", proc.stdout.readline())
+        if not m:
+            raise SystemExit("broker did not start")
+        with KafkaWire("127.0.0.1", int(m.group(1)), timeout=120) as wire:
+            create_topic(wire, "bench")
+            producer_id = None
+            if idempotent:
+                producer_id = wire.request(
+                    INIT_PRODUCER_ID,
+                    4,
+                    message(
+                        INIT_PRODUCER_ID,
+                        "request",
+                        transactional_id=None,
+                        transaction_timeout_ms=-1,
+                    ),
+                ).producer_id
+            frames = produce_frames(producer_id, requests, records)
+            cpu0 = cpu_seconds(proc.pid)
+            t0 = time.perf_counter()
+            in_flight = 0
+            for frame in frames:
+                wire.sock.sendall(frame)
+                in_flight += 1
+                if in_flight == 5:
+                    wire.read_frame()
+                    in_flight -= 1
+            for _ in range(in_flight):
+                wire.read_frame()
+            elapsed = time.perf_counter() - t0
+            cpu = cpu_seconds(proc.pid) - cpu0
+        gb = requests * records * 1024 / 1e9
+        return {"MBps": gb * 1000 / elapsed, "cpu_s_per_GB": cpu / gb}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        subprocess.run(["rm", "-rf", data_dir], check=False)
+
+
+# -- driver ---------------------------------------------------------------------------------------
+
+
+def alternate(measure, rounds: int) -> tuple[list, list]:
+    plain, idem = [], []
+    for _ in range(rounds):
+        plain.append(measure(False))
+        idem.append(measure(True))
+    return plain, idem
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=1500)
+    parser.add_argument("--records", type=int, default=500)
+    parser.add_argument("--modes", default="none,fsync")
+    parser.add_argument("--librdkafka", action="store_true")
+    parser.add_argument("--mib", type=int, default=256, help="librdkafka run size")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    results = []
+
+    def emit(r: dict) -> None:
+        print(json.dumps(r), flush=True)
+        results.append(r)
+
+    for records_per_batch, value_size, batches in ((1, 100, 100_000), (100, 1024, 4_000)):
+        plain, idem = alternate(
+            lambda i, r=records_per_batch, v=value_size, b=batches: append_rate(i, r, b, v),
+            args.rounds,
+        )
+        p, i = statistics.median(plain), statistics.median(idem)
+        emit(
+            {
+                "bench": "append",
+                "records_per_batch": records_per_batch,
+                "value_bytes": value_size,
+                "plain_records_per_s": round(p),
+                "idempotent_records_per_s": round(i),
+                "ratio_median": round(i / p, 3),
+                "ratio_best": round(max(idem) / max(plain), 3),
+            }
+        )
+    for mode in args.modes.split(","):
+        plain, idem = alternate(
+            lambda i, m=mode: wire_run(i, m, args.requests, args.records), args.rounds
+        )
+        p = statistics.median(r["MBps"] for r in plain)
+        i = statistics.median(r["MBps"] for r in idem)
+        pb = max(r["MBps"] for r in plain)
+        ib = max(r["MBps"] for r in idem)
+        pc = min(r["cpu_s_per_GB"] for r in plain)
+        ic = min(r["cpu_s_per_GB"] for r in idem)
+        emit(
+            {
+                "bench": "wire",
+                "flush_mode": mode,
+                "records_per_request": args.records,
+                "plain_MBps_median": round(p, 1),
+                "idempotent_MBps_median": round(i, 1),
+                "ratio_median": round(i / p, 3),
+                "plain_MBps_best": round(pb, 1),
+                "idempotent_MBps_best": round(ib, 1),
+                "ratio_best": round(ib / pb, 3),
+                "plain_cpu_s_per_GB_min": round(pc, 2),
+                "idempotent_cpu_s_per_GB_min": round(ic, 2),
+                "cpu_ratio": round(pc / ic, 3),
+            }
+        )
+    if args.librdkafka:
+        for mode in args.modes.split(","):
+            plain, idem = alternate(
+                lambda i, m=mode: librdkafka_run(m, 1, args.mib, 1024, i), args.rounds
+            )
+            p = statistics.median(r["produce_MBps"] for r in plain)
+            i = statistics.median(r["produce_MBps"] for r in idem)
+            emit(
+                {
+                    "bench": "librdkafka",
+                    "flush_mode": mode,
+                    "mib": args.mib,
+                    "plain_MBps": p,
+                    "idempotent_MBps": i,
+                    "ratio": round(i / p, 3),
+                    "plain_client_cpu_s": statistics.median(r["client_cpu_s"] for r in plain),
+                    "idempotent_client_cpu_s": statistics.median(r["client_cpu_s"] for r in idem),
+                }
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
