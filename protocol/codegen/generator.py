@@ -406,18 +406,40 @@ class Emitter:
     # -- module -------------------------------------------------------------------------
 
     def dataclass_lines(self, st: Struct) -> list[str]:
-        lines = ["@dataclass(slots=True)", f"class {st.name}:"]
+        """A slots class with __init__/__eq__/__repr__ written out (what @dataclass would
+        make, without running dataclass machinery at import: it keeps start-up fast)."""
+        lines = [f"class {st.name}:"]
+        names = [f.py for f in st.fields]
+        lines.append(f"    __slots__ = ({''.join(repr(n) + ', ' for n in names)})")
+        lines.append("    __hash__ = None  # mutable, compared by value")
         if not st.fields:
-            lines.append("    pass")
+            lines += ["", "    def __eq__(self, other):",
+                      "        return other.__class__ is self.__class__",
+                      "", "    def __repr__(self):", f"        return '{st.name}()'"]
+            return lines
+        params = []
+        body = []
         for f in st.fields:
             d = default_expr(f)
             ann = self.annotation(f)
             if is_immutable_default(d):
-                lines.append(f"    {f.py}: {ann} = {d}")
-            elif d == "[]":
-                lines.append(f"    {f.py}: {ann} = field(default_factory=list)")
+                params.append(f"{f.py}: {ann} = {d}")
+                body.append(f"        self.{f.py} = {f.py}")
             else:
-                lines.append(f"    {f.py}: {ann} = field(default_factory={d[:-2]})")
+                params.append(f"{f.py}: {ann} = _FRESH")
+                body.append(f"        self.{f.py} = {d} if {f.py} is _FRESH else {f.py}")
+        lines.append("")
+        lines.append(f"    def __init__(self, {', '.join(params)}) -> None:")
+        lines += body
+        own = ", ".join(f"self.{n}" for n in names)
+        other = ", ".join(f"other.{n}" for n in names)
+        lines += ["", "    def __eq__(self, other):",
+                  "        if other.__class__ is not self.__class__:",
+                  "            return NotImplemented",
+                  f"        return ({own},) == ({other},)",
+                  "", "    def __repr__(self):",
+                  f"        return f'{st.name}("
+                  + ", ".join(f"{n}={{self.{n}!r}}" for n in names) + ")'"]
         return lines
 
     def annotation(self, f: Field) -> str:
@@ -501,7 +523,6 @@ class Emitter:
             "# ruff: noqa",
             "from __future__ import annotations",
             "",
-            "from dataclasses import dataclass, field",
             "from struct import Struct as _Struct, pack as _pack, unpack_from as _unpack_from",
             "from typing import Any",
             "from uuid import UUID",
@@ -531,6 +552,7 @@ class Emitter:
             ")",
             "",
             "_UUID = UUID",
+            "_FRESH = object()  # default marker: a new list/struct per instance",
             *structs,
             "",
             "",

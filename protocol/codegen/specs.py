@@ -54,8 +54,8 @@ def kafka_python_dir() -> Path:
 
 def kafka_clients_jar() -> Path:
     candidates = []
-    if os.environ.get("SEMEL_KAFKA_CLIENTS_JAR"):
-        candidates.append(Path(os.environ["SEMEL_KAFKA_CLIENTS_JAR"]))
+    if os.environ.get("KAFKA_CLIENTS_JAR"):
+        candidates.append(Path(os.environ["KAFKA_CLIENTS_JAR"]))
     candidates.append(REPO_ROOT / ".cache" / "java-jars" / "kafka-clients.jar")
     for path in candidates:
         if path.is_file():
@@ -66,7 +66,7 @@ def kafka_clients_jar() -> Path:
                 raise SpecSourceMissing(f"{path} is not kafka-clients {KAFKA_CLIENTS_VERSION}")
             return path
     raise SpecSourceMissing("kafka-clients.jar not found (run tests/tools/fetch_java_jars.sh "
-                            "or set SEMEL_KAFKA_CLIENTS_JAR)")
+                            "or set KAFKA_CLIENTS_JAR)")
 
 
 class SpecSource:
