@@ -45,12 +45,15 @@ test-deps: $(VENV)/.installed-test jars
 test: test-deps
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-bench: $(VENV)/.installed
-	@if [ -f bench/run.py ]; then \
-		$(VPY) bench/run.py $(BENCH_ARGS); \
-	else \
-		echo "bench/run.py does not exist yet" >&2; exit 1; \
-	fi
+$(VENV)/.installed-bench: pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q -e '.[bench]'
+	touch $@
+
+# semel side by side with the peer broker (Tansu, fetched into .cache/peer/ on first use);
+# writes docs/BENCHMARKS.md and docs/benchmarks.png, raw results under bench/results/.
+# BENCH_ARGS=--quick for a run of a few minutes, BENCH_ARGS=--smoke for a few seconds.
+bench: $(VENV)/.installed-bench
+	$(VPY) bench/run.py $(BENCH_ARGS)
 
 protocol: $(VENV)/.installed-specs jars
 	$(VPY) -m protocol.codegen

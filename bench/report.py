@@ -1,0 +1,366 @@
+"""Results of a bench run as a table (docs/BENCHMARKS.md) and a plot (PNG).
+
+Input: the run records ``{"round", "workload", "target", "metrics" | "error"}`` of
+bench/run.py. Every figure is the median over the rounds that succeeded; a ratio is
+semel's median over the peer's median (for "lower is better" rows, below 1.0 favours semel).
+The machine description comes from /proc (cores, RAM, CPU model), uname and the
+interpreter; the load average at start and end hints at how shared the machine was.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SEMEL_TARGETS = ("semel-fsync", "semel-none")
+COLORS = {"semel-fsync": "#1f77b4", "semel-none": "#6baed6", "tansu": "#d62728",
+          "peer": "#d62728"}
+
+
+def machine_info() -> dict:
+    cpu_model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+    try:
+        import confluent_kafka
+        client = f"confluent-kafka {confluent_kafka.version()[0]}, librdkafka " \
+                 f"{confluent_kafka.libversion()[0]}"
+    except ImportError:
+        client = "confluent-kafka not installed"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False,
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, check=False,
+                           capture_output=True, text=True).stdout.strip()
+    return {"cores": os.cpu_count(), "ram_gib": round(mem_kb / 1024 / 1024, 1),
+            "cpu_model": cpu_model, "kernel": platform.release(),
+            "python": platform.python_version(), "client": client,
+            "semel_commit": commit + ("+uncommitted changes" if dirty else ""),
+            "loadavg": os.getloadavg()}
+
+
+def aggregate(runs: list[dict]) -> dict:
+    """``{(workload, target): {"n": rounds, metric: median, ...}}`` over successful runs."""
+    grouped: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        if r.get("metrics") is not None:
+            grouped.setdefault((r["workload"], r["target"]), []).append(r["metrics"])
+    agg = {}
+    for key, metrics in grouped.items():
+        out: dict = {"n": len(metrics)}
+        for name in metrics[0]:
+            values = [m[name] for m in metrics if isinstance(m.get(name), (int, float))
+                      and not isinstance(m.get(name), bool)]
+            if values:
+                out[name] = statistics.median(values)
+        agg[key] = out
+    return agg
+
+
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    metric: str
+    label: str
+    higher_is_better: bool
+    digits: int = 1
+
+
+def rows(sizes) -> list[Row]:
+    return [
+        Row("produce-1k-1p", "MBps", "Produce 1 KiB records, 1 producer, acks=all (MB/s)", True),
+        Row("produce-1k-4p", "MBps", "Produce 1 KiB records, 4 producers, acks=all (MB/s)", True),
+        Row("produce-100b-1p", "MBps", "Produce 100 B records, 1 producer, acks=all (MB/s)", True),
+        Row("produce-100b-4p", "MBps", "Produce 100 B records, 4 producers, acks=all (MB/s)",
+            True),
+        Row("consume", "MBps", f"Consume {sizes.consume_mb} MB from the beginning, 4 partitions, "
+            f"{sizes.consumers} consumers (MB/s) *", True),
+        Row("plain-mif5", "MBps", "Produce 1 KiB, plain, max.in.flight=5 (MB/s)", True),
+        Row("idempotent", "MBps", "Produce 1 KiB, idempotent, max.in.flight=5 (MB/s)", True),
+        Row("txn-100ms", "MBps", "Produce 1 KiB, transactional, 100 ms transactions (MB/s)", True),
+        Row("tiny-txn", "txn_per_s", "Committed transactions/s (1 producer, 10 x 100 B, "
+            "1 partition)", True, 0),
+        Row("tiny-txn", "commit_ms_p50", "commit_transaction() p50 (ms)", False, 2),
+        Row("tiny-txn", "commit_ms_p99", "commit_transaction() p99 (ms)", False, 2),
+        Row("endtxn", "endtxn_ms_p50", "EndTxn on the wire p50 (ms)", False, 2),
+        Row("endtxn", "endtxn_ms_p99", "EndTxn on the wire p99 (ms)", False, 2),
+        Row("endtxn", "endtxn_ms_p999", "EndTxn on the wire p99.9 (ms)", False, 2),
+        Row("e2e", "e2e_ms_p50", f"End-to-end latency p50 at {sizes.e2e_rate} x "
+            f"{sizes.e2e_size} B/s (ms)", False, 2),
+        Row("e2e", "e2e_ms_p99", f"End-to-end latency p99 at {sizes.e2e_rate} x "
+            f"{sizes.e2e_size} B/s (ms)", False, 2),
+        Row("startup", "startup_connect_ms", "Startup: exec -> first TCP connect (ms) *", False),
+        Row("startup", "startup_ready_ms", "Startup: exec -> ready line (ms) *", False),
+        Row("startup", "idle_rss_mib", "Idle RSS (MiB) *", False),
+        Row("produce-1k-4p", "peak_rss_mib", "RSS under load, peak during produce 1 KiB x 4 "
+            "(MiB)", False),
+        Row("produce-1k-1p", "broker_cpu_s_per_GB", "Broker CPU s per GB produced (1 KiB, 1 "
+            "producer)", False, 2),
+        Row("produce-1k-4p", "broker_cpu_s_per_GB", "Broker CPU s per GB produced (1 KiB, 4 "
+            "producers)", False, 2),
+        Row("produce-100b-4p", "broker_cpu_s_per_GB", "Broker CPU s per GB produced (100 B, 4 "
+            "producers)", False, 2),
+    ]
+
+
+THROUGHPUT = ("produce-1k-1p", "produce-1k-4p", "produce-100b-1p", "produce-100b-4p",
+              "plain-mif5", "idempotent", "txn-100ms", "consume")
+
+
+
+def _fmt(value, digits: int) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def _value(agg: dict, workload: str, target: str, metric: str):
+    return agg.get((workload, target), {}).get(metric)
+
+
+def _ratio(a, b) -> str:
+    if a is None or b is None or not b:
+        return "—"
+    return f"{a / b:.2f}"
+
+
+def within_ratios(agg: dict, target: str) -> dict:
+    def mbps(w: str):
+        return _value(agg, w, target, "MBps")
+
+    pairs = {"idempotent / plain (both max.in.flight=5)": ("idempotent", "plain-mif5"),
+             "idempotent / plain (librdkafka defaults)": ("idempotent", "produce-1k-1p"),
+             "transactional 100 ms / idempotent": ("txn-100ms", "idempotent"),
+             "transactional 100 ms / plain (max.in.flight=5)": ("txn-100ms", "plain-mif5"),
+             "transactional 100 ms / plain (librdkafka defaults)": ("txn-100ms", "produce-1k-1p")}
+    out = {}
+    for label, (a, b) in pairs.items():
+        va, vb = mbps(a), mbps(b)
+        out[label] = va / vb if va is not None and vb else None
+    return out
+
+
+def targets_check(agg: dict, peer: str) -> list[tuple[str, str, str]]:
+    """(target, measured, verdict) for the figures the issues set targets on."""
+    checks = []
+
+    def add(label: str, value, ok) -> None:
+        if value is None:
+            checks.append((label, "not measured", "—"))
+        else:
+            checks.append((label, value, "met" if ok else "NOT met"))
+
+    p = _value(agg, "produce-1k-1p", "semel-none", "MBps")
+    add("produce 1 KiB acks=all, flush none >= 150 MB/s (issue 3)",
+        p and f"{p:.1f} MB/s (1 producer)", p is not None and p >= 150)
+    f = _value(agg, "consume", "semel-none", "MBps")
+    add("fetch >= 300 MB/s (issue 3)", f and f"{f:.1f} MB/s", f is not None and f >= 300)
+    s = (_value(agg, "startup", "semel-fsync", "startup_ready_ms")
+         or _value(agg, "startup", "semel-none", "startup_ready_ms"))
+    add("startup to ready < 0.5 s (issues 3, 8)", s and f"{s:.0f} ms", s is not None and s < 500)
+    r = (_value(agg, "startup", "semel-fsync", "idle_rss_mib")
+         or _value(agg, "startup", "semel-none", "idle_rss_mib"))
+    add("idle RSS < 60 MiB (issues 3, 8)", r and f"{r:.1f} MiB", r is not None and r < 60)
+    for w in ("produce-1k-1p", "produce-1k-4p", "consume"):
+        a, b = _value(agg, w, "semel-none", "MBps"), _value(agg, w, peer, "MBps")
+        ratio = a / b if a is not None and b else None
+        add(f"{w}: semel (flush none) / peer >= 1.0 (issue 8)", ratio and f"{ratio:.2f}",
+            ratio is not None and ratio >= 1.0)
+    for target in SEMEL_TARGETS:
+        rs = within_ratios(agg, target)
+        v = rs["idempotent / plain (both max.in.flight=5)"]
+        add(f"{target}: idempotent / plain >= 0.95 (issue 4)", v and f"{v:.2f}",
+            v is not None and v >= 0.95)
+        v = rs["transactional 100 ms / idempotent"]
+        add(f"{target}: transactional 100 ms / idempotent >= 0.9 (issue 6)", v and f"{v:.2f}",
+            v is not None and v >= 0.9)
+        v = rs["transactional 100 ms / plain (max.in.flight=5)"]
+        add(f"{target}: transactional 100 ms / plain >= 0.9 (issue 8)", v and f"{v:.2f}",
+            v is not None and v >= 0.9)
+    return checks
+
+
+def markdown(*, agg: dict, runs: list[dict], info: dict, sizes, profile: str, rounds: int,
+             peer: str, peer_label: str, command: str, started: str, note: str,
+             plot_name: str | None, profile_tops: dict[str, str], failures: list[str]) -> str:
+    out = [
+        "# Benchmarks: semel and a peer broker, side by side",
+        "",
+        (f"Generated by `{command}` (bench/run.py, profile `{profile}`, {rounds} rounds) on "
+         f"{started}. Every figure is measured the same way for each broker in the same run, "
+         "alternating brokers run by run (A B A B); the table shows the median over the rounds "
+         "and the ratio semel / peer (for ↓ rows, lower is better, so a ratio below 1.0 "
+         "favours semel). Each run starts a fresh broker (empty data directory / memory)."),
+        "",
+    ]
+    if note:
+        out += [f"**Note:** {note}", ""]
+    out += [
+        "## Machine",
+        "",
+        f"- CPU: {info['cpu_model']}, {info['cores']} cores; RAM {info['ram_gib']} GiB",
+        f"- Kernel {info['kernel']}; Python {info['python']}; clients: {info['client']}",
+        f"- semel commit {info['semel_commit']}; peer: {peer_label}",
+        f"- load average at start {info['loadavg_start']}, at end {info['loadavg_end']}",
+        "",
+        "## Results",
+        "",
+        (f"| workload | semel durable (fsync) | semel flush=none | {peer} | ratio none/{peer} "
+         f"| ratio durable/{peer} |"),
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows(sizes):
+        arrow = "↑" if row.higher_is_better else "↓"
+        vals = {t: _value(agg, row.workload, t, row.metric) for t in (*SEMEL_TARGETS, peer)}
+        out.append(
+            f"| {row.label} {arrow} | {_fmt(vals['semel-fsync'], row.digits)} "
+            f"| {_fmt(vals['semel-none'], row.digits)} | {_fmt(vals[peer], row.digits)} "
+            f"| {_ratio(vals['semel-none'], vals[peer])} "
+            f"| {_ratio(vals['semel-fsync'], vals[peer])} |")
+    out += [
+        "",
+        ("\\* does not depend on semel's flush mode, measured once: startup and idle RSS on the "
+         "default (durable) configuration, consume on a topic written with log.flush.mode=none."),
+        "",
+        "### Ratios within each broker",
+        "",
+        "| ratio (MB/s over MB/s) | " + " | ".join((*SEMEL_TARGETS, peer)) + " |",
+        "|---|" + "---:|" * (len(SEMEL_TARGETS) + 1),
+    ]
+    ratios = {t: within_ratios(agg, t) for t in (*SEMEL_TARGETS, peer)}
+    for label in ratios[peer]:
+        out.append(f"| {label} | " + " | ".join(_fmt(ratios[t][label], 2)
+                                               for t in (*SEMEL_TARGETS, peer)) + " |")
+    out += [
+        "",
+        "### CPU: is the load generator the bottleneck?",
+        "",
+        ("Cores busy during the measured part (CPU seconds / wall seconds); the machine has "
+         f"{info['cores']}. Broker CPU is the whole broker process (all threads); client CPU is "
+         "the sum over the client processes (librdkafka threads included)."),
+        "",
+        "| workload | clients | " + " | ".join(f"{t} broker / client cores"
+                                               for t in (*SEMEL_TARGETS, peer)) + " |",
+        "|---|---:|" + "---:|" * (len(SEMEL_TARGETS) + 1),
+    ]
+    client_count = {"produce-1k-4p": 4, "produce-100b-4p": 4, "consume": sizes.consumers}
+    for w in THROUGHPUT:
+        cells = []
+        for t in (*SEMEL_TARGETS, peer):
+            m = agg.get((w, t))
+            if not m:
+                cells.append("—")
+                continue
+            b = m.get("broker_cores")
+            cells.append(f"{_fmt(b, 2)} / {_fmt(m.get('client_cores'), 2)}")
+        out.append(f"| {w} | {client_count.get(w, 1)} | " + " | ".join(cells) + " |")
+    out += ["", "## Targets set by the issues", "", "| target | measured | verdict |",
+            "|---|---|---|"]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in targets_check(agg, peer)]
+    if plot_name:
+        out += ["", "## Plot", "", f"![benchmarks]({plot_name})"]
+    if failures:
+        out += ["", "## Runs that did not complete", ""]
+        out += [f"- {f}" for f in failures]
+    if profile_tops:
+        out += ["", "## Where semel spends its time (py-spy)", "",
+                ("Sampled with py-spy during separate, unmeasured runs (sampling slows the "
+                 "broker). Self = samples with the function on top of the stack."), ""]
+        for name, text in profile_tops.items():
+            lines = text.splitlines()
+            head = lines[: lines.index("") + 1 + 12] if "" in lines else lines[:14]
+            out += [f"### {name}", "", "```", *head, "```", ""]
+    out += ["", "## Workloads", "", WORKLOAD_NOTES.format(s=sizes)]
+    return "\n".join(out).rstrip() + "\n"
+
+
+WORKLOAD_NOTES = """\
+Clients are librdkafka (confluent-kafka) in separate processes, started together behind a
+barrier; throughput is bytes acknowledged (or consumed) over the span from the first client's
+start to the last client's end.
+
+- Produce: {s.produce_mb_1k} MB of 1 KiB records or {s.produce_mb_100b} MB of 100 B records
+  per run, split over 1 or 4 producer processes, each into its own partition; acks=all, no
+  compression, librdkafka defaults otherwise (linger.ms=5, max.in.flight=1000000).
+- Idempotent vs plain: 1 producer, 1 KiB records, both with max.in.flight=5 and acks=all
+  (apples to apples); "librdkafka defaults" compares with the plain run at its default
+  max.in.flight.
+- Transactional: 1 producer, 1 KiB records ({s.txn_mb} MB), commit_transaction() every
+  100 ms.
+- Committed transactions/s: 1 transactional producer, begin / 10 records of 100 B to one
+  partition / commit, back to back for {s.tiny_txn_s:g} s; commit_transaction() latency as
+  the client sees it.
+- EndTxn on the wire: a raw client built on semel's codecs (bench/endtxn_wire.py) runs
+  {s.endtxn_count} transactions (AddPartitionsToTxn v3, Produce v9 with 10 records, EndTxn v3
+  commit) and times only the EndTxn request -> response round trip.
+- End to end: one producer at {s.e2e_rate} records/s of {s.e2e_size} B (linger.ms=0,
+  acks=all) and one consumer tailing the partition for {s.e2e_s:g} s; latency is receipt time
+  minus the send time carried in the record; the first second is not counted.
+- Consume: the topic is filled by 4 producers, then {s.consumers} consumer processes read it
+  from offset 0 (fetch.max.bytes 50 MiB, max.partition.fetch.bytes 10 MiB), alternating
+  brokers round by round.
+- Startup: exec -> first successful TCP connect (polled every 1 ms) and exec -> the output
+  line containing "ready"; idle RSS 1 s after start. Median of several launches.
+- Broker CPU and RSS come from /proc/<pid>; the peer (Tansu) keeps every record in memory,
+  so its RSS under load includes the data it holds.
+"""
+
+
+def plot(path: Path, agg: dict, targets: list[str], labels: dict[str, str], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("Throughput (MB/s, higher is better)", [(w, "MBps", w) for w in THROUGHPUT], False),
+        ("Latency (ms, lower is better)",
+         [("endtxn", "endtxn_ms_p50", "EndTxn p50"), ("endtxn", "endtxn_ms_p99", "EndTxn p99"),
+          ("endtxn", "endtxn_ms_p999", "EndTxn p99.9"),
+          ("tiny-txn", "commit_ms_p50", "commit p50"), ("tiny-txn", "commit_ms_p99", "commit p99"),
+          ("e2e", "e2e_ms_p50", "e2e p50"), ("e2e", "e2e_ms_p99", "e2e p99")], True),
+        ("Committed transactions/s", [("tiny-txn", "txn_per_s", "10 x 100 B"),
+                                      ("endtxn", "txn_per_s", "raw wire")], False),
+        ("Startup (ms)", [("startup", "startup_connect_ms", "exec->connect"),
+                          ("startup", "startup_ready_ms", "exec->ready")], False),
+        ("RSS (MiB)", [("startup", "idle_rss_mib", "idle"),
+                       ("produce-1k-4p", "peak_rss_mib", "peak, produce 1 KiB x4")], False),
+        ("Broker CPU s per GB produced", [(w, "broker_cpu_s_per_GB", w) for w in
+                                          ("produce-1k-1p", "produce-1k-4p", "produce-100b-4p")],
+         False),
+    ]
+    fig, axes = plt.subplots(3, 2, figsize=(14, 13))
+    for ax, (panel_title, series, log) in zip(axes.flat, panels):
+        width = 0.8 / len(targets)
+        plotted = False
+        for i, target in enumerate(targets):
+            xs, ys = [], []
+            for j, (w, metric, _) in enumerate(series):
+                v = _value(agg, w, target, metric)
+                if v is not None and v > 0:
+                    plotted = True
+                    xs.append(j + (i - (len(targets) - 1) / 2) * width)
+                    ys.append(v)
+            ax.bar(xs, ys, width, label=labels[target], color=COLORS.get(target))
+        ax.set_xticks(range(len(series)))
+        ax.set_xticklabels([s[2] for s in series], rotation=30, ha="right", fontsize=8)
+        ax.set_title(panel_title, fontsize=10)
+        if log and plotted:
+            ax.set_yscale("log")
+        if not plotted:
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+        ax.grid(axis="y", alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

