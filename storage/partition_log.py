@@ -9,7 +9,18 @@ Append runs Kafka's order, synchronously on the event loop:
   LogAppendTime) -> roll if needed -> validate producer state (producer_state.py: epochs,
   sequences; a duplicate of a recent batch returns its original offsets and writes nothing)
   -> write to the active segment -> update indexes -> apply the staged producer state ->
-  mark dirty for the flusher.
+  index aborted transactions and complete them -> mark dirty for the flusher.
+
+Transactions: the last stable offset is min(high watermark, first unstable offset) - the
+first offset of the oldest open transaction, or of a completed one whose marker is not
+below the high watermark yet - so in durable mode it never passes the fsynced end. Markers
+(control batches, origin "coordinator") are checked against the producer state (stale
+producer epoch: INVALID_PRODUCER_EPOCH, with transaction version 2 the marker's epoch must
+exceed the data's; stale coordinator epoch: TRANSACTION_COORDINATOR_FENCED). An ABORT
+marker appends (producer id, first offset, marker offset, last stable offset) to its
+segment's `.txnindex` (transaction_index.py); `collect_aborted_transactions` gathers the
+entries a read_committed fetch reports. The high watermark listener fires whenever the
+high watermark moves, which is also when the last stable offset can move.
 
 Producer state snapshots (`%020d.snapshot`) are written on roll, on close and by the log
 manager's periodic producer-expiration task, and fsynced by the next flush round; at open
@@ -105,7 +116,7 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
-    last_stable_offset: int  # equals the high watermark until transactions land
+    last_stable_offset: int  # min(high watermark, first unstable offset)
 
 
 @dataclass(slots=True)
@@ -344,10 +355,8 @@ class PartitionLog:
         elif staged:
             for append_info in staged.values():
                 producer_state.update(append_info)
-            for txn in completed:
-                # issue 6: append the aborted transaction to the segment's .txnindex here,
-                # with producer_state.last_stable_offset(txn) as its LSO
-                producer_state.complete_txn(txn)
+            if completed:
+                self._complete_txns(segment, completed)
         producer_state.map_end_offset = offset
         if self.durable:
             self._mark_unflushed(segment, False)
@@ -363,6 +372,34 @@ class PartitionLog:
             now if log_append_time else NO_TIMESTAMP,
             self.log_start_offset,
         )
+
+    def _complete_txns(self, segment: LogSegment, completed: list[CompletedTxn]) -> None:
+        """Markers were written: index the aborted transactions in the segment holding the
+        marker (with the last stable offset once each is done), then close them in the
+        producer state (Kafka's order). A failed index write takes the partition offline
+        for writes: read_committed fetches would miss the abort."""
+        producer_state = self.producer_state
+        failure: OSError | None = None
+        for txn in completed:
+            if txn.is_aborted and failure is None:
+                try:
+                    segment.update_txn_index(
+                        txn.producer_id,
+                        txn.first_offset,
+                        txn.last_offset,
+                        producer_state.last_stable_offset(txn),
+                    )
+                except OSError as exc:
+                    failure = exc
+            producer_state.complete_txn(txn)
+        if failure is not None:
+            self.offline = True
+            log.error(
+                "%s: writing the transaction index failed; offline for writes: %s",
+                self.topic_partition,
+                failure,
+            )
+            raise self._storage_error("transaction index append", failure)
 
     def _analyze_producer_state(
         self,
@@ -586,8 +623,16 @@ class PartitionLog:
 
     def load_producer_state(self) -> None:
         """Kafka's rebuildProducerState at open: the newest valid snapshot in
-        (log start, log end], then the log after it; an fsynced snapshot at the log end."""
+        (log start, log end], then the log after it; an fsynced snapshot at the log end.
+        Segments recovery rebuilt (`txn_index_rebuild`) are replayed whole, so their
+        aborted transactions are indexed again (snapshots past the first are dropped)."""
+        rebuilt = [s.base_offset for s in self._segments if s.txn_index_rebuild]
+        if rebuilt:
+            self.producer_state.delete_snapshots_after(min(rebuilt))
+            self.producer_state.map_end_offset = -1  # force the reload
         self._reload_producer_state()
+        for segment in self._segments:
+            segment.txn_index_rebuild = False
         try:
             path = self.producer_state.take_snapshot(sync=True)
         except OSError as exc:
@@ -625,7 +670,6 @@ class PartitionLog:
             else:
                 position = 0
             loaded: dict[int, ProducerAppendInfo] = {}
-            completed: list[CompletedTxn] = []
             for pos, header in segment.iter_headers(position):
                 if header.base_offset >= end:
                     break
@@ -644,7 +688,14 @@ class PartitionLog:
                             append_info, BatchHeader(data, 0), data, header.base_offset, 0
                         )
                         if txn is not None:
-                            completed.append(txn)
+                            # as Kafka's LogSegment.recover: state up to the marker applied,
+                            # then the index entry (if missing) and the completion
+                            for staged in loaded.values():
+                                producer_state.update(staged)
+                            loaded.clear()
+                            if txn.is_aborted:
+                                self._reindex_abort(segment, txn)
+                            producer_state.complete_txn(txn)
                     else:
                         append_info.append_data_batch(
                             header.producer_epoch,
@@ -664,8 +715,25 @@ class PartitionLog:
                     )
             for append_info in loaded.values():
                 producer_state.update(append_info)
-            for txn in completed:
-                producer_state.complete_txn(txn)
+
+    def _reindex_abort(self, segment: LogSegment, txn: CompletedTxn) -> None:
+        try:
+            segment.ensure_txn_indexed(
+                txn.producer_id,
+                txn.first_offset,
+                txn.last_offset,
+                self.producer_state.last_stable_offset(txn),
+            )
+        except OSError as exc:
+            log.error(
+                "%s: could not index the aborted transaction %s: %s",
+                self.topic_partition,
+                txn,
+                exc,
+            )
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        return self.producer_state.has_ongoing_transaction(producer_id, producer_epoch)
 
     # -- durability -------------------------------------------------------------------------
 
@@ -879,6 +947,36 @@ class PartitionLog:
         if bound == self.high_watermark:
             self._hw_position = (segment, position)
         return position
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every aborted transaction whose data meets
+        [start_offset, upper_bound_offset): the transaction indexes of the segment holding
+        `start_offset` and the later ones, until an entry's last stable offset reaches the
+        bound (Kafka's UnifiedLog.collectAbortedTransactions)."""
+        found: list[tuple[int, int]] = []
+        for segment in self._segments[self._segment_index(start_offset) :]:
+            if not segment.txn_index.count:
+                continue
+            try:
+                txns, complete = segment.collect_aborted_txns(start_offset, upper_bound_offset)
+            except OSError as exc:
+                raise self._storage_error("transaction index read", exc) from exc
+            found.extend((t.producer_id, t.first_offset) for t in txns)
+            if complete:
+                break
+        return found
+
+    def aborted_transactions_in(
+        self, fetch_offset: int, records: bytes | memoryview
+    ) -> list[tuple[int, int]]:
+        """The aborted transactions a read_committed fetch from `fetch_offset` returning
+        `records` (whole batches, as `read` gives them) must report: those with data in
+        [fetch_offset, end of the records)."""
+        if not records:
+            return []
+        return self.collect_aborted_transactions(fetch_offset, _records_end_offset(records))
 
     def iter_batches_from(
         self, start_offset: int, *, with_data: bool = False
@@ -1149,6 +1247,19 @@ def _whole_batches_end(data: bytes) -> int:
             break
         end = nxt
     return end
+
+
+def _records_end_offset(data: bytes | memoryview) -> int:
+    """One past the last offset of the last whole batch in `data` (a read's result)."""
+    unpack = _LENGTH.unpack_from
+    n = len(data)
+    position = last = 0
+    while position + LOG_OVERHEAD <= n:
+        end = position + LOG_OVERHEAD + unpack(data, position + 8)[0]
+        if end > n:
+            break
+        last, position = position, end
+    return BatchHeader(data, last).last_offset + 1
 
 
 def partition_dir_name(topic_partition: TopicPartition) -> str:

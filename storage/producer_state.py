@@ -467,6 +467,16 @@ class ProducerStateManager:
             first = oldest if first is None else min(first, oldest)
         return first
 
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Kafka's UnifiedLog.hasOngoingTransaction: the producer, in this epoch, has a
+        transaction open on this partition (its later batches need no verification)."""
+        entry = self.producers.get(producer_id)
+        return (
+            entry is not None
+            and entry.current_txn_first_offset != NO_OFFSET
+            and entry.producer_epoch == producer_epoch
+        )
+
     def first_undecided_offset(self) -> int | None:
         return next(iter(self.ongoing_txns)) if self.ongoing_txns else None
 
@@ -521,8 +531,13 @@ class ProducerStateManager:
             current.update(updated)
         else:
             self.producers[producer_id] = updated
+        ongoing = self.ongoing_txns
         for txn in append_info.started_transactions:
-            self.ongoing_txns[txn.first_offset] = txn
+            out_of_order = bool(ongoing) and next(reversed(ongoing)) > txn.first_offset
+            ongoing[txn.first_offset] = txn
+            if out_of_order:  # staged updates of several producers applied together
+                self.ongoing_txns = dict(sorted(ongoing.items()))
+                ongoing = self.ongoing_txns
 
     def update_map_end_offset(self, offset: int) -> None:
         self.map_end_offset = offset
@@ -684,6 +699,11 @@ class ProducerStateManager:
         for old in sorted(self.snapshots)[:-keep]:
             self._delete_snapshot(old)
         return path
+
+    def delete_snapshots_after(self, offset: int) -> None:
+        """Forget snapshots past `offset` (the state must be replayed from there)."""
+        for snapshot_offset in [o for o in self.snapshots if o > offset]:
+            self._delete_snapshot(snapshot_offset)
 
     def delete_snapshots_before(self, offset: int) -> None:
         for snapshot_offset in [o for o in self.snapshots if o < offset]:

@@ -19,6 +19,14 @@ Runs in an executor thread at start-up, before the partition serves anything:
    (log start, log end] is loaded (corrupt ones and ones past the recovered end are
    deleted) and the log after it replayed; with none, the whole log is scanned. A fresh
    snapshot at the log end is written and fsynced when anything was replayed.
+6. Aborted-transaction indexes: recovering a segment cuts its `.txnindex` back to the data
+   kept. The producer state replay indexes every ABORT marker it meets that the index
+   lacks (Kafka's LogSegment.recover with the producer state), so a marker written after
+   the last snapshot is indexed again even if its entry was lost. A `.txnindex` that fails
+   Kafka's sanity check (an entry before the segment, an unknown version) is emptied and
+   the replay starts no later than its segment (later snapshots are dropped) to rebuild
+   it. A `.txnindex` deleted by hand from a segment the replay does not reach goes
+   unnoticed, as in Kafka.
 
 Logger `storage.recovery` reports what was rebuilt, truncated or dropped.
 """
@@ -41,6 +49,7 @@ from storage.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     parse_segment_file_name,
 )
@@ -49,6 +58,7 @@ from storage.topic_partition import TopicPartition
 log = logging.getLogger("storage.recovery")
 
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def open_partition_log(
@@ -135,7 +145,7 @@ def load_segments(
         parsed = parse_segment_file_name(file_name)
         if (
             parsed is not None
-            and parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            and parsed[1] in _INDEX_SUFFIXES
             and parsed[0] not in bases
             and fs.exists(os.path.join(directory, file_name))
         ):
@@ -154,7 +164,7 @@ def load_segments(
             return LogSegment(fs, directory, base, **kwargs)
         except CorruptIndexError as exc:
             log.warning("%s: %s; rebuilding", name, exc)
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in _INDEX_SUFFIXES:
                 path = os.path.join(directory, f"{base:020d}{suffix}")
                 if fs.exists(path):
                     fs.remove(path)
@@ -209,7 +219,7 @@ def load_segments(
             break
     if cut_after is not None:
         for base in bases[cut_after + 1 :]:
-            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in (LOG_SUFFIX, *_INDEX_SUFFIXES):
                 path = os.path.join(directory, f"{base:020d}{suffix}")
                 if fs.exists(path):
                     fs.remove(path)

@@ -1,9 +1,10 @@
-"""Log segment: one `%020d.log` file plus its offset index and time index.
+"""Log segment: one `%020d.log` file plus its offset, time and transaction indexes.
 
 The `.log` file is a plain concatenation of record batches (v2, see protocol/records.py)
 exactly as Kafka stores them; the file name is the base offset (the first offset the
 segment may hold), zero-padded to 20 digits. Companion files share the stem: `.index`
-(offset_index.py), `.timeindex` (time_index.py), and later `.txnindex` and `.snapshot`
+(offset_index.py), `.timeindex` (time_index.py), `.txnindex` (transaction_index.py, only
+once an ABORT marker lands in the segment) and the partition's `.snapshot` files
 (`segment_file_name` builds any of them).
 
 A segment appends bytes and reads byte ranges; it never assigns offsets (the partition log
@@ -37,6 +38,7 @@ from protocol.records import (
 from storage.fs import FileHandle, RealFileSystem
 from storage.offset_index import CorruptIndexError, OffsetIndex
 from storage.time_index import TimeIndex
+from storage.transaction_index import AbortedTxn, TransactionIndex
 
 log = logging.getLogger("storage.segment")
 
@@ -122,6 +124,8 @@ class LogSegment:
         "roll_jitter_ms",
         "size",
         "time_index",
+        "txn_index",
+        "txn_index_rebuild",
     )
 
     def __init__(
@@ -156,6 +160,10 @@ class LogSegment:
         if create:  # like Kafka, a new segment has all three files from the start
             self.offset_index.create_file()
             self.time_index.create_file()
+        # a damaged .txnindex is emptied and flagged: the producer state replay at open
+        # then covers this segment and indexes its aborted transactions again
+        self.txn_index_rebuild = False
+        self.txn_index = self._open_txn_index()
         self._bytes_since_last_index_entry = 0
         self._max_timestamp = self.time_index.last_timestamp
         self._offset_of_max_timestamp = self.time_index.last_offset
@@ -166,6 +174,19 @@ class LogSegment:
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.dir, segment_file_name(self.base_offset, suffix))
+
+    def _open_txn_index(self) -> TransactionIndex:
+        path = self.path(TXN_INDEX_SUFFIX)
+        try:
+            index = TransactionIndex(self._fs, path, self.base_offset)
+            if index.count:
+                index.sanity_check()
+            return index
+        except CorruptIndexError as exc:
+            log.warning("%s: %s; rebuilding it", path, exc)
+        self._fs.remove(path)
+        self.txn_index_rebuild = True
+        return TransactionIndex(self._fs, path, self.base_offset)
 
     def _file(self) -> FileHandle:
         if self._log is None or self._log.closed:
@@ -290,6 +311,28 @@ class LogSegment:
                     undo_exc.errno, f"append failed ({exc}) and could not be undone: {undo_exc}"
                 ) from exc
             raise
+
+    def update_txn_index(
+        self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int
+    ) -> None:
+        """Index a transaction aborted by the marker at `last_offset` (Kafka's
+        LogSegment.updateTxnIndex for an aborted CompletedTxn)."""
+        self.txn_index.append(
+            AbortedTxn(producer_id, first_offset, last_offset, last_stable_offset)
+        )
+
+    def ensure_txn_indexed(
+        self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int
+    ) -> None:
+        """`update_txn_index` unless the index already goes that far (replays at open)."""
+        last = self.txn_index.last_offset
+        if last is None or last < last_offset:
+            self.update_txn_index(producer_id, first_offset, last_offset, last_stable_offset)
+
+    def collect_aborted_txns(
+        self, fetch_offset: int, upper_bound_offset: int
+    ) -> tuple[list[AbortedTxn], bool]:
+        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -438,6 +481,7 @@ class LogSegment:
         truncated = file_size - valid_end
         if truncated:
             self._file().truncate(valid_end)
+        self.txn_index.truncate_to(next_offset)
         self.size = valid_end
         self._bytes_since_last_index_entry = since
         self._next_offset = next_offset
@@ -448,6 +492,7 @@ class LogSegment:
         found = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         if found is None:
             return 0
         cut = found[0]
@@ -478,9 +523,11 @@ class LogSegment:
 
     def flush(self, with_indexes: bool = True) -> None:
         """fsync the log (and the indexes); may run in an executor thread. Indexes can be
-        rebuilt from the log, so the active segment's are only synced on roll and close."""
+        rebuilt from the log, so the active segment's are only synced on roll and close;
+        the transaction index is synced whenever it changed, with the markers it indexes."""
         if self._log is not None and not self._log.closed:
             self._log.fsync()
+        self.txn_index.flush()
         if with_indexes:
             self.offset_index.flush()
             self.time_index.flush()
@@ -498,6 +545,7 @@ class LogSegment:
             self._log = None
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def rename_to_deleted(self) -> list[str]:
         """Rename every file of the segment to `<name>.deleted`; returns the new paths."""

@@ -1,16 +1,22 @@
-"""A plain transaction-marker writer over the local logs (the default ``write_markers``).
+"""Transaction markers on the local logs: the one ``write_markers`` function.
 
-For each partition of a transaction it appends one COMMIT/ABORT control batch (producer id,
-epoch, coordinator epoch; ``origin="coordinator"``) and waits until it is durable; the
-partitions of ``__consumer_offsets`` go through the group coordinator, which writes the
-marker there and then publishes or drops the transaction's pending offsets. The result is
-one error code per partition, as a WriteTxnMarkers response carries them:
+The transaction coordinator completes every transaction through it, and the WriteTxnMarkers
+handler (key 27) serves the wire API through the same instance
+(``broker.txn_coordinator.write_markers``), as Kafka's coordinator sends WriteTxnMarkers to
+the partition leaders.
+
+For each partition it appends one COMMIT/ABORT control batch (producer id, epoch,
+coordinator epoch; ``origin="coordinator"``, with the transaction version so that
+transaction version 2 markers must carry an epoch above the data's) and waits until it is
+durable; the partitions of ``__consumer_offsets`` go through the group coordinator, which
+writes the marker there and then publishes or drops the transaction's pending offsets. The
+result is one error code per partition, as a WriteTxnMarkers response carries them:
 UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist (a deleted topic), the
-append's or the durability wait's error otherwise.
+append's (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED for stale markers) or the
+durability wait's error otherwise.
 
 Whatever the partition logs do with a marker (producer state, last stable offset, aborted
-transaction index, stale epochs) happens inside ``PartitionLog.append``. The broker may wire
-in another writer with the same signature (the one serving the WriteTxnMarkers API).
+transaction index, stale epochs) happens inside ``PartitionLog.append``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ class LogMarkerWriter:
                        producer_epoch: int, coordinator_epoch: int, commit: bool,
                        partitions: Iterable[TopicPartition], *,
                        transaction_version: int = 0) -> dict[TopicPartition, Error]:
-        del transactional_id, transaction_version  # the partition logs check epochs
+        del transactional_id  # markers carry producer ids only
         errors: dict[TopicPartition, Error] = {}
         waits: list[tuple[TopicPartition, object, int]] = []
         offsets: list[TopicPartition] = []
@@ -53,7 +59,8 @@ class LogMarkerWriter:
                                         producer_epoch=producer_epoch,
                                         coordinator_epoch=coordinator_epoch, timestamp_ms=now)
             try:
-                result = plog.append(bytearray(batch), origin="coordinator")
+                result = plog.append(bytearray(batch), origin="coordinator",
+                                     transaction_version=transaction_version)
             except KafkaError as e:
                 errors[tp] = e.code
                 continue
