@@ -1,10 +1,12 @@
 """py-spy around one workload, and a text summary of the hottest frames.
 
-``PySpy(pid, raw_path)`` records the process with ``py-spy record --format raw`` (collapsed
-stacks: ``frame;frame;...;leaf count`` per line, frames as ``function (file:line)``) until
-``stop()`` sends SIGINT. ``summarize(raw_path)`` folds line numbers away and lists the
-functions with the most samples on top of the stack ("self") and anywhere in it
-("total"), as shares of all samples; idle threads (waiting in epoll) are not sampled.
+``PySpy(pid, raw_path)`` records the process with ``py-spy record --native --format raw``
+(collapsed stacks: ``frame;frame;...;leaf count`` per line, frames as ``function
+(file:line)``, native ones from C files or as ``0xADDR (library)``) until ``stop()`` sends
+SIGINT. ``summarize(raw_path)`` drops idle samples (the event loop in epoll, pool threads
+waiting for work: py-spy's own idle detection does not see them here) and lists, as shares
+of the busy samples, the deepest Python lines with the native code they were in ("self")
+and the Python functions anywhere on the stack ("total").
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def py_spy_path() -> str | None:
 
 
 class PySpy:
-    def __init__(self, pid: int, raw_path: Path, *, rate: int = 100) -> None:
+    def __init__(self, pid: int, raw_path: Path, *, rate: int = 250, native: bool = True) -> None:
         exe = py_spy_path()
         if exe is None:
             raise RuntimeError("py-spy is not installed (pip install -e '.[bench]')")
@@ -33,7 +35,8 @@ class PySpy:
         self.log = open(raw_path.with_suffix(".log"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate),
-             "--output", str(raw_path)], stdout=self.log, stderr=subprocess.STDOUT)
+             "--output", str(raw_path), *(["--native"] if native else [])],
+            stdout=self.log, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -46,10 +49,21 @@ class PySpy:
         self.log.close()
 
 
-def _short(frame: str) -> str:
-    """``append (/x/y/storage/partition_log.py:120)`` -> ``append (storage/partition_log.py)``."""
+def _split(frame: str) -> tuple[str, str]:
+    """``name (where)`` -> (name, where), where keeps ``file:line``."""
     name, _, where = frame.partition(" (")
-    path = where.rstrip(")").rsplit(":", 1)[0]
+    return name, where.removesuffix(")")
+
+
+def _is_python(frame: str) -> bool:
+    where = _split(frame)[1].rsplit(":", 1)[0]
+    return where.endswith(".py") or where.startswith("<")
+
+
+def _short(frame: str, keep_line: bool = False) -> str:
+    """``append (/x/y/storage/partition_log.py:120)`` -> ``append (storage/partition_log.py)``."""
+    name, where = _split(frame)
+    path, _, line = where.rpartition(":") if ":" in where else (where, "", "")
     root = str(ROOT) + "/"
     if path.startswith(root):
         path = path[len(root):]
@@ -57,30 +71,68 @@ def _short(frame: str) -> str:
         path = path.split("site-packages/", 1)[1]
     elif "/lib/python" in path:
         path = "stdlib/" + path.split("/lib/python", 1)[1].split("/", 1)[-1]
+    if keep_line and line:
+        path = f"{path}:{line}"
     return f"{name} ({path})" if where else name
+
+
+def _native_leaf(frames: list[str]) -> str | None:
+    """The innermost native frame under the deepest Python frame, named by symbol or library."""
+    if _is_python(frames[-1]):
+        return None
+    for frame in reversed(frames):
+        if _is_python(frame):
+            break
+        name, _where = _split(frame)
+        if not name.startswith("0x"):
+            return name
+    return _split(frames[-1])[1] or "native"
+
+
+IDLE_MARKERS = ("epoll_wait", "epoll_pwait", "PyThread_acquire_lock_timed", "take_gil",
+                "_queue_SimpleQueue_get")
+
+
+def _is_idle(frames: list[str]) -> bool:
+    """Waiting, not working: the event loop in epoll, pool threads waiting for work."""
+    tail = [_split(f)[0] for f in frames[-6:]]
+    return any(m in name for name in tail for m in IDLE_MARKERS)
 
 
 def summarize(raw_path: Path, top: int = 20) -> str:
     self_counts: Counter[str] = Counter()
     total_counts: Counter[str] = Counter()
-    samples = 0
+    samples = idle = loop_thread = 0
     for line in raw_path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         n = int(count)
-        frames = [_short(f) for f in stack.split(";") if " (" in f]
-        if not frames:
+        frames = stack.split(";")
+        python = [f for f in frames if _is_python(f)]
+        if not python:
+            continue
+        if _is_idle(frames):
+            idle += n
             continue
         samples += n
-        self_counts[frames[-1]] += n
-        for f in set(frames):
+        if any(_split(f)[0] == "Runner.run" for f in python):
+            loop_thread += n
+        leaf = _short(python[-1], keep_line=True)
+        native = _native_leaf(frames)
+        self_counts[f"{leaf} -> {native}" if native else leaf] += n
+        for f in {_short(f) for f in python}:
             total_counts[f] += n
     if not samples:
         return f"no samples in {raw_path.name}\n"
-    out = [f"{samples} samples (non-idle) from {raw_path.name}", "",
-           f"top {top} by self time (leaf frame):"]
+    out = [(f"{samples} busy samples ({idle} idle ones left out: epoll wait, threads waiting "
+           f"on a lock); {100 * loop_thread / samples:.0f}% on the event loop thread, the rest "
+           f"in worker threads ({raw_path.name})"), "",
+           f"top {top} by self time (deepest Python line -> native code it was in):"]
     out += [f"  {100 * n / samples:5.1f}%  {f}" for f, n in self_counts.most_common(top)]
-    out += ["", f"top {top} by total time (frame anywhere on the stack):"]
-    out += [f"  {100 * n / samples:5.1f}%  {f}" for f, n in total_counts.most_common(top)]
+    everywhere = [f for f, n in total_counts.items() if n == samples]
+    out += ["", (f"top {top} by total time (Python function anywhere on the stack; left out, "
+            f"on every stack: {', '.join(sorted(f.split(' (')[0] for f in everywhere))}):")]
+    out += [f"  {100 * n / samples:5.1f}%  {f}" for f, n in total_counts.most_common()
+            if n < samples][:top]
     return "\n".join(out) + "\n"

@@ -146,6 +146,14 @@ def within_ratios(agg: dict, target: str) -> dict:
     for label, (a, b) in pairs.items():
         va, vb = mbps(a), mbps(b)
         out[label] = va / vb if va is not None and vb else None
+    # the broker's own cost, free of the client's: CPU seconds per GB, the cheaper over the dearer
+    for label, (a, b) in {
+            "broker CPU per GB: plain / idempotent (max.in.flight=5)": ("plain-mif5", "idempotent"),
+            "broker CPU per GB: idempotent / transactional 100 ms": ("idempotent", "txn-100ms"),
+            "broker CPU per GB: plain / transactional 100 ms": ("plain-mif5", "txn-100ms")}.items():
+        va = _value(agg, a, target, "broker_cpu_s_per_GB")
+        vb = _value(agg, b, target, "broker_cpu_s_per_GB")
+        out[label] = va / vb if va is not None and vb else None
     return out
 
 

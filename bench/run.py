@@ -183,12 +183,13 @@ class Bench:
                 (self.out_dir / f"pyspy-{name}.txt").write_text(text)
                 tops[name] = text
 
+        mb = max(self.sizes.produce_mb_1k, 512)  # a few seconds of samples
+
         def produce_and_fetch(broker) -> dict:
             topic = workloads.topic_name("profile")
             profiled("produce-1k-4p-flush-none", broker, lambda: workloads.produce(
-                broker, self.log_dir, size=1024, producers=4, mb=self.sizes.produce_mb_1k,
-                topic=topic))
-            records = self.sizes.produce_mb_1k * workloads.MB // 1024 // 4 * 4
+                broker, self.log_dir, size=1024, producers=4, mb=mb, topic=topic))
+            records = mb * workloads.MB // 1024 // 4 * 4
             profiled("fetch", broker, lambda: workloads.consume(
                 broker, self.log_dir, topic=topic, partitions=4, records=records,
                 consumers=self.sizes.consumers))
@@ -198,7 +199,7 @@ class Bench:
         if semel_fsync is not None:
             self.record("py-spy", semel_fsync, 0, self.on_broker(semel_fsync, lambda b: (
                 profiled("produce-1k-4p-durable", b, lambda: workloads.produce(
-                    b, self.log_dir, size=1024, producers=4, mb=self.sizes.produce_mb_1k)),
+                    b, self.log_dir, size=1024, producers=4, mb=mb)),
                 {})[1]))
         return tops
 
