@@ -87,6 +87,9 @@ def rows(sizes) -> list[Row]:
         Row("plain-mif5", "MBps", "Produce 1 KiB, plain, max.in.flight=5 (MB/s)", True),
         Row("idempotent", "MBps", "Produce 1 KiB, idempotent, max.in.flight=5 (MB/s)", True),
         Row("txn-100ms", "MBps", "Produce 1 KiB, transactional, 100 ms transactions (MB/s)", True),
+        Row("consume-txn", "MBps", "Consume read_committed, a topic of 100 ms transactions, "
+            "1 partition, 1 consumer (MB/s)", True),
+        Row("consume-txn", "ru_MBps", "... the same topic read_uncommitted (MB/s)", True),
         Row("tiny-txn", "txn_per_s", "Committed transactions/s (1 producer, 10 x 100 B, "
             "1 partition)", True, 0),
         Row("tiny-txn", "commit_ms_p50", "commit_transaction() p50 (ms)", False, 2),
@@ -113,7 +116,7 @@ def rows(sizes) -> list[Row]:
 
 
 THROUGHPUT = ("produce-1k-1p", "produce-1k-4p", "produce-100b-1p", "produce-100b-4p",
-              "plain-mif5", "idempotent", "txn-100ms", "consume")
+              "plain-mif5", "idempotent", "txn-100ms", "consume", "consume-txn")
 
 
 
@@ -146,6 +149,8 @@ def within_ratios(agg: dict, target: str) -> dict:
     for label, (a, b) in pairs.items():
         va, vb = mbps(a), mbps(b)
         out[label] = va / vb if va is not None and vb else None
+    a = _value(agg, "consume-txn", target, "rc_over_ru")
+    out["consume: read_committed / read_uncommitted (transactional topic)"] = a
     # the broker's own cost, free of the client's: CPU seconds per GB, the cheaper over the dearer
     for label, (a, b) in {
             "broker CPU per GB: plain / idempotent (max.in.flight=5)": ("plain-mif5", "idempotent"),
@@ -282,7 +287,8 @@ def markdown(*, agg: dict, runs: list[dict], info: dict, sizes, profile: str, ro
     if profile_tops:
         out += ["", "## Where semel spends its time (py-spy)", "",
                 ("Sampled with py-spy during separate, unmeasured runs (sampling slows the "
-                 "broker). Self = samples with the function on top of the stack."), ""]
+                 "broker), native frames included; \"self\" is the deepest Python line and the "
+                 "native code it was in (a library name where the symbol is not exported)."), ""]
         for name, text in profile_tops.items():
             lines = text.splitlines()
             head = lines[: lines.index("") + 1 + 12] if "" in lines else lines[:14]
@@ -304,6 +310,9 @@ start to the last client's end.
   max.in.flight.
 - Transactional: 1 producer, 1 KiB records ({s.txn_mb} MB), commit_transaction() every
   100 ms.
+- Consume read_committed: 1 transactional producer writes {s.txn_mb} MB in 100 ms
+  transactions to one partition, then one consumer reads it from offset 0 with
+  read_committed, and another with read_uncommitted.
 - Committed transactions/s: 1 transactional producer, begin / 10 records of 100 B to one
   partition / commit, back to back for {s.tiny_txn_s:g} s; commit_transaction() latency as
   the client sees it.

@@ -35,7 +35,7 @@ from bench.profiling import PySpy, py_spy_path, summarize
 from bench.workloads import Sizes
 
 PROFILES = {
-    "full": (3, 7, Sizes()),
+    "full": (5, 9, Sizes()),
     "quick": (2, 3, Sizes(produce_mb_1k=128, produce_mb_100b=32, consume_mb=160, txn_mb=128,
                           tiny_txn_s=5, endtxn_count=1000, e2e_s=8)),
     "smoke": (1, 1, Sizes(produce_mb_1k=4, produce_mb_100b=1, consume_mb=4, txn_mb=4,
@@ -63,6 +63,7 @@ def round_workloads(sizes: Sizes) -> dict:
             config={**mif5, "enable.idempotence": True}),
         "txn-100ms": lambda b, d: workloads.produce(b, d, size=1024, producers=1,
                                                     mb=sizes.txn_mb, config=mif5, txn_ms=100),
+        "consume-txn": lambda b, d: workloads.consume_transactional(b, d, mb=sizes.txn_mb),
         "tiny-txn": lambda b, d: workloads.tiny_txn(b, d, seconds=sizes.tiny_txn_s),
         "endtxn": lambda b, d: workloads.endtxn(b, d, transactions=sizes.endtxn_count),
         "e2e": lambda b, d: workloads.e2e_latency(b, d, seconds=sizes.e2e_s,

@@ -126,19 +126,34 @@ def produce(broker: RunningBroker, log_dir: Path, *, size: int, producers: int, 
 
 
 def consume(broker: RunningBroker, log_dir: Path, *, topic: str, partitions: int,
-            records: int, consumers: int) -> dict:
+            records: int, consumers: int, isolation: str = "read_uncommitted") -> dict:
     """``consumers`` processes read ``topic`` from the beginning, partitions split among them."""
     group = f"bench-consume-{uuid.uuid4().hex[:8]}"
     assignment = [list(range(partitions))[i::consumers] for i in range(consumers)]
     per_partition = records // partitions
     specs = [{"role": "consume", "bootstrap": broker.bootstrap, "topic": topic, "group": group,
               "partitions": parts, "records": per_partition * len(parts),
-              "config": CONSUMER_CONFIG} for parts in assignment if parts]
+              "config": {**CONSUMER_CONFIG, "isolation.level": isolation}}
+             for parts in assignment if parts]
     results, stats = measured(broker, specs, log_dir)
     if not all(r["complete"] for r in results):
         got = sum(r["records"] for r in results)
         raise RuntimeError(f"consumers got {got} of {records} records")
     return _throughput(results, stats)
+
+
+def consume_transactional(broker: RunningBroker, log_dir: Path, *, mb: int) -> dict:
+    """A topic written by a transactional producer (100 ms transactions, 1 partition), then
+    read from the beginning by one consumer with read_committed and one with
+    read_uncommitted; the read_committed figures are the workload's, ``ru_MBps`` the other."""
+    filled = produce(broker, log_dir, size=1024, producers=1, mb=mb, txn_ms=100,
+                     config={"max.in.flight.requests.per.connection": 5})
+    committed = consume(broker, log_dir, topic=filled["topic"], partitions=1,
+                        records=filled["records"], consumers=1, isolation="read_committed")
+    uncommitted = consume(broker, log_dir, topic=filled["topic"], partitions=1,
+                          records=filled["records"], consumers=1)
+    return {**committed, "ru_MBps": uncommitted["MBps"],
+            "rc_over_ru": committed["MBps"] / uncommitted["MBps"]}
 
 
 def tiny_txn(broker: RunningBroker, log_dir: Path, *, seconds: float) -> dict:
