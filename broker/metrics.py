@@ -1,14 +1,28 @@
-"""Prometheus metrics: request rates and latency per API, plus broker gauges.
+"""Prometheus metrics: request rates and latency per API, plus the exactly-once gauges.
 
 Each broker owns its own ``CollectorRegistry`` (several in-process brokers in one test run
 must not collide). Served over HTTP at ``metrics.listener`` (``host:port``) when set.
-Gauges that the exactly-once layers fill (live producer ids, last stable offset per
-partition, active transactional ids) are registered by those layers through ``registry``.
+
+The design's three gauges come from ``ExactlyOnceCollector``, which reads the current values
+when scraped - nothing is counted per request:
+  semel_live_producer_ids                        producer ids with state, summed over
+                                                 partitions (Kafka's ProducerIdCount)
+  semel_last_stable_offset{topic,partition}      per partition
+  semel_active_transactional_ids                 transactional ids the coordinator holds
+                                                 (not expired)
+  semel_transactional_ids{state}                 the same by transaction state
+The HTTP server scrapes from its own thread; the collector reads on the broker's event loop
+(which owns that state) and waits for the answer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import threading
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 from protocol.api import BY_KEY
 
@@ -26,6 +40,7 @@ class BrokerMetrics:
                                  ["api"], buckets=LATENCY_BUCKETS, registry=self.registry)
         self._by_key: dict[int, tuple] = {}
         self._server = None
+        self._exactly_once: ExactlyOnceCollector | None = None
 
     def observe_request(self, api_key: int, seconds: float) -> None:
         children = self._by_key.get(api_key)
@@ -35,6 +50,13 @@ class BrokerMetrics:
             self._by_key[api_key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def register_exactly_once(self, log_manager, txn_coordinator,
+                              loop: asyncio.AbstractEventLoop) -> None:
+        if self._exactly_once is not None:  # a restarted broker: read on the new loop
+            self.registry.unregister(self._exactly_once)
+        self._exactly_once = ExactlyOnceCollector(log_manager, txn_coordinator, loop)
+        self.registry.register(self._exactly_once)
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP endpoint; returns the bound port."""
@@ -46,3 +68,68 @@ class BrokerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class ExactlyOnceCollector:
+    """Producer ids, last stable offsets and transactional ids, read at scrape time."""
+
+    SCRAPE_TIMEOUT_S = 5.0
+
+    def __init__(self, log_manager, txn_coordinator, loop: asyncio.AbstractEventLoop) -> None:
+        self.log_manager = log_manager
+        self.txn_coordinator = txn_coordinator
+        self.loop = loop
+        self._loop_thread: int | None = None
+        loop.call_soon_threadsafe(self._note_loop_thread)
+
+    def _note_loop_thread(self) -> None:
+        self._loop_thread = threading.get_ident()
+
+    def describe(self):
+        return self._families(None, [], {})  # names only (the registry checks collisions)
+
+    def collect(self):
+        if threading.get_ident() == self._loop_thread or self.loop.is_closed():
+            return self._families(*self._read())
+        answer: concurrent.futures.Future = concurrent.futures.Future()
+
+        def read() -> None:
+            try:
+                answer.set_result(self._read())
+            except Exception as e:  # noqa: BLE001 - handed to the scraping thread
+                answer.set_exception(e)
+
+        self.loop.call_soon_threadsafe(read)
+        return self._families(*answer.result(self.SCRAPE_TIMEOUT_S))
+
+    def _read(self):
+        """On the event loop: a consistent copy of what the gauges show."""
+        lsos = {tp: plog.last_stable_offset for tp, plog in self.log_manager.logs.items()}
+        states: dict[str, int] = {}
+        for md in list(self.txn_coordinator.txns.values()):
+            name = md.state.state_name
+            states[name] = states.get(name, 0) + 1
+        return self.log_manager.live_producer_ids, sorted(lsos.items()), states
+
+    @staticmethod
+    def _families(live_producer_ids: int | None, lsos: list, states: dict):
+        producers = GaugeMetricFamily(
+            "semel_live_producer_ids",
+            "Producer ids with state on some partition, summed over partitions.",
+            value=live_producer_ids)
+        lso = GaugeMetricFamily("semel_last_stable_offset",
+                                "Last stable offset of each partition.",
+                                labels=["topic", "partition"])
+        for tp, offset in lsos:
+            lso.add_metric([tp.topic, str(tp.partition)], offset)
+        active = {name: n for name, n in states.items() if name != "Dead"}
+        total = GaugeMetricFamily(
+            "semel_active_transactional_ids",
+            "Transactional ids the transaction coordinator holds (not expired).",
+            value=None if live_producer_ids is None else sum(active.values()))
+        by_state = GaugeMetricFamily("semel_transactional_ids",
+                                     "Transactional ids by transaction state.",
+                                     labels=["state"])
+        for name, n in sorted(active.items()):
+            by_state.add_metric([name], n)
+        return [producers, lso, total, by_state]

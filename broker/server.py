@@ -119,6 +119,7 @@ class Broker:
         adv = self.config.advertised_listener(self.port)
         self.advertised_host, self.advertised_port = adv.host or self.host, adv.port
         self._tasks.append(loop.create_task(self._close_idle_connections()))
+        self.metrics.register_exactly_once(self.log_manager, self.txn_coordinator, loop)
         endpoint = self.config.metrics_listener
         if endpoint is not None:
             self.metrics_port = self.metrics.serve(endpoint.host, endpoint.port)

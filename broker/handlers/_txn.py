@@ -16,3 +16,15 @@ def fenced_for_old_clients(error: Error, version: int, first_version: int) -> Er
     if error == Error.PRODUCER_FENCED and version < first_version:
         return Error.INVALID_PRODUCER_EPOCH
     return error
+
+
+def verification_error(error: Error, generic_errors: bool) -> Error:
+    """A transaction coordinator answer to partition verification (or an implicit add), as
+    Kafka's AddPartitionsToTxnManager hands it to an append: PRODUCER_FENCED becomes
+    INVALID_PRODUCER_EPOCH; TRANSACTION_ABORTABLE stays only for clients that know it
+    (``generic_errors``), older ones get INVALID_TXN_STATE."""
+    if error == Error.PRODUCER_FENCED:
+        return Error.INVALID_PRODUCER_EPOCH
+    if error == Error.TRANSACTION_ABORTABLE and not generic_errors:
+        return Error.INVALID_TXN_STATE
+    return error

@@ -6,17 +6,18 @@ Successful partitions carry high_watermark, last_stable_offset and log_start_off
 errors carry -1 there, as Kafka's do.
 
 - Isolation: read_committed (isolation_level 1) reads up to the log's last stable offset
-  (``_upper_bound``) and returns the aborted transactions overlapping the data, or an
-  empty list; read_uncommitted returns null there, as Kafka does. Until producer state and
-  the transaction index arrive with transactions, the last stable offset equals the high
-  watermark and no transaction is ever aborted, so read_committed behaves like
-  read_uncommitted (hook for the aborted list: ``_read_all``).
+  (``_upper_bound``) and returns the aborted transactions (producer id, first offset) whose
+  data meets the range returned - last offset >= fetch offset, first offset < the end of
+  the returned batches - from the segments' ``.txnindex`` files (an empty list when none
+  or when no data is returned); the client drops their batches. read_uncommitted reads up
+  to the high watermark and returns null there, as Kafka does.
 - Sizes (KIP-74): each partition gets at most partition_max_bytes and the response at most
   max_bytes, except that until some partition has returned data, the first batch found is
   returned whole even if larger, so a consumer always makes progress.
 - Long poll: with fewer than min_bytes found, no read error and max_wait_ms > 0, the fetch
-  parks on ``broker.fetch_waiters`` (woken when a fetched partition's high watermark moves)
-  and reads again, until min_bytes are there or max_wait_ms has passed.
+  parks on ``broker.fetch_waiters`` (woken when a fetched partition's high watermark moves,
+  which is also when its last stable offset can move: a marker becoming durable) and reads
+  again, until min_bytes are there or max_wait_ms has passed.
 - Fetch sessions (KIP-227, v7+, ``broker.fetch_session``): epoch 0 opens a session and
   answers its id (0 when the cache is full); epochs 1, 2, ... read every partition of the
   session and answer only the changed ones; epoch -1 is a sessionless full fetch. Unknown
@@ -52,6 +53,7 @@ from broker.handlers._partitions import check_leader_epoch
 from protocol.errors import Error, KafkaError
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import (
+    AbortedTransaction,
     FetchableTopicResponse,
     FetchResponse,
     PartitionData,
@@ -217,6 +219,10 @@ def _read_all(reads: list[_Read], req: FetchRequest, version: int) -> tuple[int,
             result = plog.read(read.fetch_offset, max(0, min(read.max_bytes, limit)),
                                upper_bound=_upper_bound(plog, read_committed),
                                min_one_batch=min_one_batch)
+            aborted = None
+            if read_committed:
+                aborted = [AbortedTransaction(producer_id=pid, first_offset=first) for pid, first
+                           in plog.aborted_transactions_in(read.fetch_offset, result.records)]
         except KafkaError as e:
             code = e.code
             if code == Error.KAFKA_STORAGE_ERROR and version <= 5:
@@ -234,9 +240,7 @@ def _read_all(reads: list[_Read], req: FetchRequest, version: int) -> tuple[int,
         response.high_watermark = result.high_watermark
         response.last_stable_offset = result.last_stable_offset
         response.log_start_offset = result.log_start_offset
-        # read_committed: the aborted transactions overlapping the data come from the
-        # transaction index, which the log does not keep yet (no transactions are written)
-        response.aborted_transactions = [] if read_committed else None
+        response.aborted_transactions = aborted
         response.records = records
     return total, read_error
 

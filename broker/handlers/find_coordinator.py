@@ -1,8 +1,9 @@
 """FindCoordinator (key 10), v0-6.
 
 There is one broker, so it coordinates every group (key_type 0) and every transactional id
-(key_type 1). The first lookup of a group creates ``__consumer_offsets`` (Kafka creates it
-then too). Share coordinators (key_type 2) do not exist here: INVALID_REQUEST, as Kafka
+(key_type 1). The first lookup of a group creates ``__consumer_offsets``, of a
+transactional id ``__transaction_state`` (Kafka creates them then too); a coordinator that
+is not running answers COORDINATOR_NOT_AVAILABLE. Share coordinators (key_type 2) do not exist here: INVALID_REQUEST, as Kafka
 answers without one; so does an unknown key type. v4+: batched ``coordinator_keys``, one
 answer each; before v4 one key and a top-level answer (error_message is the error's name
 on success, as Kafka sends it). Errors come with node id -1, empty host and port -1.
@@ -11,6 +12,7 @@ on success, as Kafka sends it). Errors come with node id -1, empty host and port
 from __future__ import annotations
 
 from broker.handlers._groups import coordinator
+from broker.handlers._txn import txn_coordinator
 from protocol.errors import Error
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
@@ -26,7 +28,10 @@ def _lookup(ctx, key_type: int) -> Error:
             return Error.COORDINATOR_NOT_AVAILABLE
         return gc.ensure_topic()
     if key_type == TRANSACTION:
-        return Error.NONE
+        tc = txn_coordinator(ctx)
+        if tc is None:
+            return Error.COORDINATOR_NOT_AVAILABLE
+        return tc.check_available() or tc.ensure_topic()
     return Error.INVALID_REQUEST
 
 

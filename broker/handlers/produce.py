@@ -21,11 +21,17 @@ at the first batch header, the log validates and rewrites the batches in place.
   RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, KAFKA_STORAGE_ERROR. v8+ carries error_message.
 - Transactional batches: without a transactional_id the whole request fails with
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; transactional batches from more than one producer
-  id fail it with INVALID_PRODUCER_ID_MAPPING. Kafka then has the transaction coordinator
-  verify that each such partition is part of an ongoing transaction (KIP-890; skipped
-  when transaction.partition.verification.enable is false); the coordinator does not run
-  yet, so no transactional id is known and those partitions get its answer for an unknown
-  id, INVALID_PRODUCER_ID_MAPPING (``_verify_transaction``).
+  id fail it with INVALID_PRODUCER_ID_MAPPING. A partition where the producer has no
+  transaction open yet (in its epoch) is first checked with the transaction coordinator
+  (``_verify_transaction``, KIP-890 part 1, Kafka's hanging-transaction fix; skipped when
+  transaction.partition.verification.enable is false): not in the producer's transaction
+  -> INVALID_TXN_STATE ("Partition was not added to the transaction"; TRANSACTION_ABORTABLE
+  from v11), fenced -> INVALID_PRODUCER_EPOCH, unknown id -> INVALID_PRODUCER_ID_MAPPING,
+  a coordinator that is busy or not ready -> NOT_ENOUGH_REPLICAS (retried by every client).
+  v12 (transaction version 2, KIP-890 part 2): such partitions are added to the transaction
+  implicitly instead (always, as Kafka does), awaiting the coordinator; the request's
+  appends still all happen after that, synchronously, and the requests of one producer id
+  reach the log in arrival order (``_ORDER``: a request waits for the one before it).
 - v10+: current_leader and node_endpoints only accompany NOT_LEADER_OR_FOLLOWER, which a
   single node never returns.
 """
@@ -33,9 +39,11 @@ at the first batch header, the log validates and rewrites the batches in place.
 from __future__ import annotations
 
 import asyncio
+import weakref
 
 from crc32c import crc32c
 
+from broker.handlers._txn import txn_coordinator, verification_error
 from broker.handlers.metadata import INTERNAL_TOPICS
 from protocol.errors import Error, KafkaError, ProtocolError
 from protocol.messages.produce_request import ProduceRequest
@@ -46,11 +54,21 @@ from protocol.messages.produce_response import (
     TopicProduceResponse,
 )
 from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, BatchHeader, iter_records
+from storage.topic_partition import TopicPartition
 
 API_KEY = 0
+GENERIC_ERRORS_VERSION = 11  # TRANSACTION_ABORTABLE understood (KIP-890 part 1)
+IMPLICIT_ADD_VERSION = 12  # transaction version 2 (KIP-890 part 2)
 ADMIN_CLIENT_ID = "__admin_client"  # Kafka lets only its admin client write internal topics
 ZSTD = 4
 VALID_ACKS = (-1, 0, 1)
+# coordinator answers older clients may not retry: NOT_ENOUGH_REPLICAS makes all of them
+# retry without refreshing metadata (Kafka's ReplicaManager translation)
+_NOT_VERIFIED = dict.fromkeys((Error.CONCURRENT_TRANSACTIONS, Error.NETWORK_EXCEPTION,
+                               Error.COORDINATOR_LOAD_IN_PROGRESS, Error.COORDINATOR_NOT_AVAILABLE,
+                               Error.NOT_COORDINATOR), Error.NOT_ENOUGH_REPLICAS)
+# per producer id, the v12 request adding partitions right now (later ones wait for it)
+_ORDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # errors after which Kafka reports log_start_offset -1 (UNKNOWN_LOG_APPEND_INFO)
 _NO_LOG_START = frozenset({Error.UNKNOWN_TOPIC_OR_PARTITION, Error.NOT_LEADER_OR_FOLLOWER,
                            Error.MESSAGE_TOO_LARGE, Error.RECORD_LIST_TOO_LARGE,
@@ -108,10 +126,53 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
             _fail(entry.response, Error.INVALID_REQUIRED_ACKS, None)
         return ProduceResponse(responses=topics)
 
+    if ctx.header.client_id != ADMIN_CLIENT_ID:  # internal topics fail at the append
+        transactional = [e for e in transactional if e.topic not in INTERNAL_TOPICS]
+    if version >= IMPLICIT_ADD_VERSION and transactional:
+        waits, append_failed = await _ordered_append(ctx, req, entries, transactional, version)
+    else:
+        rejected = {}
+        if transactional and ctx.config.transaction_partition_verification_enable:
+            rejected = _verify_transaction(ctx, req.transactional_id, transactional, version)
+        waits, append_failed = _append_all(ctx, req, entries, rejected)
+    failed = failed or append_failed
+
+    if acks == 0:
+        if failed:
+            _close_connection(_summary(topics))
+        return None
+    if waits:
+        await _wait_durable(waits, req.timeout_ms)
+    return ProduceResponse(responses=topics)
+
+
+async def _ordered_append(ctx, req: ProduceRequest, entries: list[_Entry],
+                          transactional: list[_Entry], version: int):
+    """Produce v12: add the partitions without an open transaction implicitly, then append
+    everything; behind any earlier request of the same producer id still doing so."""
+    order = _ORDER.setdefault(ctx.broker, {})
+    producer_id = transactional[0].header.producer_id
+    previous = order.get(producer_id)
+    done = asyncio.get_running_loop().create_future()
+    order[producer_id] = done
+    try:
+        if previous is not None and not previous.done():
+            await asyncio.shield(previous)
+        rejected = await _add_implicitly(ctx, req.transactional_id, transactional, version)
+        return _append_all(ctx, req, entries, rejected)
+    finally:
+        done.set_result(None)
+        if order.get(producer_id) is done:
+            del order[producer_id]
+
+
+def _append_all(ctx, req: ProduceRequest, entries: list[_Entry],
+                rejected: dict[_Entry, Error]) -> tuple[list[tuple[_Entry, int]], bool]:
+    """Append every entry not rejected, synchronously; returns the acks=all waits and
+    whether any partition failed."""
+    acks = req.acks
+    failed = False
     internal_allowed = ctx.header.client_id == ADMIN_CLIENT_ID
-    rejected = {}
-    if transactional and ctx.config.transaction_partition_verification_enable:
-        rejected = _verify_transaction(ctx, req.transactional_id, transactional)
     waits: list[tuple[_Entry, int]] = []
     for entry in entries:
         response = entry.response
@@ -121,7 +182,8 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
             failed = True
             continue
         if entry in rejected:
-            _fail(response, rejected[entry], None)
+            code = rejected[entry]
+            _fail(response, code, _verification_message(code))
             failed = True
             continue
         plog = entry.plog
@@ -142,14 +204,7 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
         response.log_start_offset = result.log_start_offset
         if acks == -1 and plog.high_watermark < result.next_offset:
             waits.append((entry, result.next_offset))
-
-    if acks == 0:
-        if failed:
-            _close_connection(_summary(topics))
-        return None
-    if waits:
-        await _wait_durable(waits, req.timeout_ms)
-    return ProduceResponse(responses=topics)
+    return waits, failed
 
 
 def _first_batch(records, version: int) -> tuple[BatchHeader | None, Error, str | None]:
@@ -216,15 +271,67 @@ def _crc_ok(entry: _Entry) -> bool:
     return crc32c(records[ATTRIBUTES_OFFSET:header.size]) == header.crc
 
 
-def _verify_transaction(ctx, transactional_id: str, entries: list[_Entry]) -> dict[_Entry, Error]:
-    """Kafka's pre-append check that each transactional partition was added to the ongoing
-    transaction of ``transactional_id`` (the coordinator's verifyOnly AddPartitionsToTxn).
+def _unverified(entries: list[_Entry]) -> tuple[list[_Entry], list[TopicPartition]]:
+    """The partitions where the producer has no transaction open in its epoch (Kafka's
+    hasOngoingTransaction): only those need the coordinator."""
+    header = entries[0].header
+    pending = [e for e in entries
+               if not e.plog.has_ongoing_transaction(header.producer_id, header.producer_epoch)]
+    return pending, [TopicPartition(e.topic, e.response.index) for e in pending]
 
-    No transaction coordinator runs in this broker yet, so it knows no transactional id;
-    Kafka's coordinator answers INVALID_PRODUCER_ID_MAPPING for an unknown one.
-    """
-    del ctx, transactional_id
-    return dict.fromkeys(entries, Error.INVALID_PRODUCER_ID_MAPPING)
+
+def _verify_transaction(ctx, transactional_id: str, entries: list[_Entry],
+                        version: int) -> dict[_Entry, Error]:
+    """Kafka's pre-append check that each transactional partition was added to the ongoing
+    transaction of ``transactional_id`` (the coordinator's verifyOnly AddPartitionsToTxn,
+    answered synchronously: nothing can come between it and the append)."""
+    pending, partitions = _unverified(entries)
+    if not pending:
+        return {}
+    tc = txn_coordinator(ctx)
+    header = entries[0].header
+    if tc is None:
+        errors = dict.fromkeys(partitions, Error.COORDINATOR_NOT_AVAILABLE)
+    else:
+        errors = tc.verify_partitions(transactional_id, header.producer_id,
+                                      header.producer_epoch, partitions)
+    return _rejected(pending, partitions, errors, version)
+
+
+async def _add_implicitly(ctx, transactional_id: str, entries: list[_Entry],
+                          version: int) -> dict[_Entry, Error]:
+    """Transaction version 2: add the partitions without an open transaction (Kafka's
+    AddPartitionsToTxn v5 on the producer's behalf)."""
+    pending, partitions = _unverified(entries)
+    if not pending:
+        return {}
+    tc = txn_coordinator(ctx)
+    header = entries[0].header
+    error = Error.COORDINATOR_NOT_AVAILABLE
+    if tc is not None:
+        error = await tc.add_partitions(transactional_id, header.producer_id,
+                                        header.producer_epoch, partitions,
+                                        client_transaction_version=2)
+    return _rejected(pending, partitions, dict.fromkeys(partitions, error), version)
+
+
+def _rejected(pending: list[_Entry], partitions: list[TopicPartition],
+              errors: dict[TopicPartition, Error], version: int) -> dict[_Entry, Error]:
+    rejected = {}
+    for entry, tp in zip(pending, partitions, strict=True):
+        code = verification_error(errors.get(tp, Error.UNKNOWN_SERVER_ERROR),
+                                  generic_errors=version >= GENERIC_ERRORS_VERSION)
+        if code:
+            rejected[entry] = _NOT_VERIFIED.get(code, code)
+    return rejected
+
+
+def _verification_message(code: Error) -> str | None:
+    if code == Error.INVALID_TXN_STATE:
+        return "Partition was not added to the transaction"
+    if code == Error.NOT_ENOUGH_REPLICAS:
+        return "Unable to verify the partition has been added to the transaction"
+    return None
 
 
 async def _wait_durable(waits: list[tuple[_Entry, int]], timeout_ms: int) -> None:

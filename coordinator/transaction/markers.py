@@ -13,7 +13,8 @@ writes the marker there and then publishes or drops the transaction's pending of
 result is one error code per partition, as a WriteTxnMarkers response carries them:
 UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist (a deleted topic), the
 append's (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED for stale markers) or the
-durability wait's error otherwise.
+durability wait's error otherwise; NOT_LEADER_OR_FOLLOWER while the group coordinator is not
+ready for an offsets partition (Kafka's translation of its coordinator errors).
 
 Whatever the partition logs do with a marker (producer state, last stable offset, aborted
 transaction index, stale epochs) happens inside ``PartitionLog.append``.
@@ -29,6 +30,8 @@ from protocol.records import build_control_batch
 from storage.topic_partition import TopicPartition
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+_NOT_READY = dict.fromkeys((Error.COORDINATOR_NOT_AVAILABLE, Error.COORDINATOR_LOAD_IN_PROGRESS,
+                            Error.NOT_COORDINATOR), Error.NOT_LEADER_OR_FOLLOWER)
 
 
 class LogMarkerWriter:
@@ -77,7 +80,9 @@ class LogMarkerWriter:
             elif isinstance(result, BaseException):
                 raise result
             elif isinstance(result, Error):
-                errors[tp] = result
+                # as Kafka's WriteTxnMarkers: the group coordinator not being ready is
+                # NOT_LEADER_OR_FOLLOWER to the transaction coordinator (retried)
+                errors[tp] = _NOT_READY.get(result, result)
             else:
                 errors[tp] = Error.NONE
         return errors
