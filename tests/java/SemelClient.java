@@ -115,6 +115,17 @@ public final class SemelClient {
             "topic count compression acks idempotent key-prefix value-prefix value-size start"
                 + " partition linger-ms dump-acks",
             SemelClient::produce);
+        register(COMMANDS, "txn-produce",
+            "txn-produce --bootstrap B --topic T --count N --transactional-id ID [--per-txn N]"
+                + " [--abort-every N] [--key-prefix K] [--value-prefix V] [--start I] [--partition P]"
+                + " [--linger-ms MS]  (begin/send/commit per --per-txn records; every Nth aborted)",
+            "topic count transactional-id per-txn abort-every key-prefix value-prefix start partition"
+                + " linger-ms",
+            SemelClient::txnProduce);
+        register(COMMANDS, "txn-fence",
+            "txn-fence --bootstrap B --topic T --transactional-id ID  (a second producer with the"
+                + " same id fences the first mid-transaction; reports what the first then gets)",
+            "topic transactional-id", SemelClient::txnFence);
         register(COMMANDS, "consume",
             "consume --bootstrap B --topic T [--count N | --until-end] [--group G] [--from-beginning]"
                 + " [--isolation read_committed|read_uncommitted] [--partition P] [--offset O]"
@@ -128,6 +139,12 @@ public final class SemelClient {
             "count start key-prefix value-prefix value-size dump", SemelClient::records);
         register(COMMANDS, "admin", "admin --bootstrap B <subcommand> ... (see below)",
             "partitions rf config delete broker internal isolation", SemelClient::admin);
+        register(COMMANDS, "copier",
+            "copier --bootstrap B --input IN --output OUT --group G --transactional-id T --process P"
+                + " [--session N] [--seed S] [--txn-size N] [--abort-ratio R] [--stop-file PATH]"
+                + "  (Kafka's TransactionalMessageCopier shape; prints history events, see copier())",
+            "input output group transactional-id process session seed txn-size abort-ratio stop-file",
+            SemelClient::copier);
 
         register(ADMIN_COMMANDS, "create-topic",
             "create-topic T [--partitions P] [--rf R] [--config k=v]...", "", SemelClient::createTopic);
@@ -371,6 +388,93 @@ public final class SemelClient {
         if (firstError.get() != null) throw firstError.get();
     }
 
+    static Properties txnProducerProps(Args a, String transactionalId) throws UsageError {
+        int timeoutMs = a.getInt("timeout-ms", 30000);
+        Properties p = clientProps(a, "semel-java-txn-producer");
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        p.put(ProducerConfig.LINGER_MS_CONFIG, a.get("linger-ms", "5"));
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, String.valueOf(timeoutMs));
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs + 5));
+        applyProps(p, a);
+        return p;
+    }
+
+    /** Transactions of --per-txn records each; transaction t (from 1) aborts when
+     *  --abort-every divides it. The summary's checksum covers the committed records only. */
+    static void txnProduce(Args a) throws Exception {
+        String topic = a.required("topic");
+        int count = a.getInt("count", 1);
+        int perTxn = Math.max(1, a.getInt("per-txn", 10));
+        int abortEvery = a.getInt("abort-every", 0);
+        long start = a.getLong("start", 0);
+        String keyPrefix = a.get("key-prefix", null);
+        String valuePrefix = a.get("value-prefix", "value");
+        Integer partition = a.has("partition") ? a.getInt("partition", 0) : null;
+        Properties p = txnProducerProps(a, a.required("transactional-id"));
+        long checksum = 0;
+        int committedRecords = 0, abortedRecords = 0, commits = 0, aborts = 0;
+        try (KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            producer.initTransactions();
+            for (int first = 0, txn = 1; first < count; first += perTxn, txn++) {
+                int n = Math.min(perTxn, count - first);
+                long txnChecksum = 0;
+                producer.beginTransaction();
+                for (int i = first; i < first + n; i++) {
+                    byte[] key = keyBytes(keyPrefix, start + i);
+                    byte[] value = valueBytes(valuePrefix, start + i, 0);
+                    txnChecksum += digest(key, value);
+                    producer.send(new ProducerRecord<>(topic, partition, key, value));
+                }
+                if (abortEvery > 0 && txn % abortEvery == 0) {
+                    producer.flush(); // the records reach the log, then the abort hides them
+                    producer.abortTransaction();
+                    aborts++;
+                    abortedRecords += n;
+                } else {
+                    producer.commitTransaction();
+                    commits++;
+                    committedRecords += n;
+                    checksum += txnChecksum;
+                }
+            }
+        }
+        emit(new Json().put("type", "txn_produce_summary").put("topic", topic).put("count", count)
+            .put("committed_transactions", commits).put("aborted_transactions", aborts)
+            .put("committed", committedRecords).put("aborted", abortedRecords)
+            .put("checksum", checksum));
+    }
+
+    /** Producer A begins a transaction and sends; producer B initializes the same
+     *  transactional id (fencing A) and commits one record; A's commit then fails. */
+    static void txnFence(Args a) throws Exception {
+        String topic = a.required("topic");
+        String id = a.required("transactional-id");
+        Json result = new Json().put("type", "txn_fence");
+        try (KafkaProducer<byte[], byte[]> first =
+                 new KafkaProducer<>(txnProducerProps(a, id), new ByteArraySerializer(), new ByteArraySerializer())) {
+            first.initTransactions();
+            first.beginTransaction();
+            first.send(new ProducerRecord<>(topic, 0, null, "first".getBytes(StandardCharsets.UTF_8))).get();
+            try (KafkaProducer<byte[], byte[]> second =
+                     new KafkaProducer<>(txnProducerProps(a, id), new ByteArraySerializer(), new ByteArraySerializer())) {
+                second.initTransactions();
+                second.beginTransaction();
+                second.send(new ProducerRecord<>(topic, 0, null, "second".getBytes(StandardCharsets.UTF_8)));
+                second.commitTransaction();
+            }
+            try {
+                first.commitTransaction();
+                result.put("first_commit", "ok");
+            } catch (Exception e) {
+                Throwable root = unwrap(e);
+                result.put("first_commit", root.getClass().getName()).put("message", root.getMessage());
+            }
+        }
+        emit(result);
+    }
+
     /** The records `produce` would send, without a broker: lets tests check their own helpers. */
     static void records(Args a) throws Exception {
         int count = a.getInt("count", 1);
@@ -488,6 +592,196 @@ public final class SemelClient {
             j.put("headers", h);
         }
         return j;
+    }
+
+    // ------------------------------------------------------------------ copier
+
+    /**
+     * The transactional copier of tests/chaos (tests/chaos/workloads/copier.py is the
+     * confluent-kafka twin): consumes --input read_committed in --group and, per poll of up to
+     * --txn-size records, begins a transaction, sends each record (same key and value, header
+     * txn=<id>) to --output, sends the next offsets with the consumer's group metadata, then
+     * aborts with probability --abort-ratio (and seeks back to the committed offsets) or
+     * commits. An abortable error aborts and seeks back; a commit that times out is retried; a
+     * fatal error (fenced, ...) ends the run with status 1. Runs until --stop-file exists.
+     * Output: one tests/chaos/history.py event per line (t, p, type, f, ...).
+     */
+    static void copier(Args a) throws Exception {
+        String input = a.required("input");
+        String output = a.required("output");
+        String process = a.required("process");
+        int session = a.getInt("session", 1);
+        String sid = process + "." + session;
+        int txnSize = a.getInt("txn-size", 300);
+        double abortRatio = Double.parseDouble(a.get("abort-ratio", "0.33"));
+        java.util.Random rng = new java.util.Random(a.getLong("seed", 0) * 7919L + session);
+        java.nio.file.Path stop = a.has("stop-file") ? java.nio.file.Path.of(a.get("stop-file", "")) : null;
+        int timeoutMs = a.getInt("timeout-ms", 30000);
+        HistoryOut h = new HistoryOut(process);
+
+        Properties cp = clientProps(a, "semel-java-copier");
+        cp.put(ConsumerConfig.GROUP_ID_CONFIG, a.required("group"));
+        cp.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        cp.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(txnSize));
+        cp.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        applyProps(cp, a);
+        cp.remove(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG);
+        Properties pp = clientProps(a, "semel-java-copier");
+        pp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, a.required("transactional-id"));
+        pp.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, String.valueOf(timeoutMs));
+        pp.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        applyProps(pp, a);
+        pp.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG);
+
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                 new KafkaConsumer<>(cp, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+             KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(pp, new ByteArraySerializer(), new ByteArraySerializer())) {
+            producer.initTransactions();
+            consumer.subscribe(List.of(input), new org.apache.kafka.clients.consumer.ConsumerRebalanceListener() {
+                @Override
+                public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                    h.seek(sid, partitions, -1);
+                }
+
+                @Override
+                public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                    h.seek(sid, partitions, -1001);
+                }
+            });
+            int n = 0;
+            while (stop == null || !java.nio.file.Files.exists(stop)) {
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(500));
+                if (records.isEmpty()) continue;
+                List<Object> polled = new ArrayList<>();
+                Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
+                for (ConsumerRecord<byte[], byte[]> r : records) {
+                    polled.add(Arrays.asList(r.topic(), r.partition(), r.offset(), text(r.value()), null));
+                    next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                }
+                h.event("ok", "poll").put("c", sid).put("iso", "read_committed").put("records", polled).emit();
+                String txn = sid + "-" + (++n);
+                boolean commitInvoked = false;
+                try {
+                    producer.beginTransaction();
+                    h.event("info", "begin").put("txn", txn).put("producer", sid).emit();
+                    List<Object> writes = new ArrayList<>();
+                    byte[] txnBytes = txn.getBytes(StandardCharsets.UTF_8);
+                    for (ConsumerRecord<byte[], byte[]> r : records) {
+                        long op = h.nextId();
+                        String value = text(r.value());
+                        h.event("invoke", "send").put("id", op).put("topic", output).put("value", value)
+                            .put("key", text(r.key())).put("producer", sid).put("txn", txn)
+                            .put("partition", null).emit();
+                        ProducerRecord<byte[], byte[]> out = new ProducerRecord<>(output, null, r.key(), r.value());
+                        out.headers().add("txn", txnBytes);
+                        producer.send(out, (md, ex) -> {
+                            if (ex == null) {
+                                h.event("ok", "send").put("id", op).put("partition", md.partition())
+                                    .put("offset", md.offset()).emit();
+                            } else {
+                                h.event("info", "send").put("id", op).put("error", ex.toString()).emit();
+                            }
+                        });
+                        writes.add(Arrays.asList(output, value));
+                    }
+                    producer.sendOffsetsToTransaction(next, consumer.groupMetadata());
+                    if (rng.nextDouble() < abortRatio) {
+                        h.event("invoke", "abort").put("txn", txn).put("producer", sid).emit();
+                        producer.abortTransaction();
+                        h.event("ok", "abort").put("txn", txn).put("producer", sid).emit();
+                        seekToCommitted(consumer, h, sid);
+                        continue;
+                    }
+                    h.event("invoke", "commit").put("txn", txn).put("producer", sid).put("writes", writes).emit();
+                    commitInvoked = true;
+                    for (int attempt = 1; ; attempt++) {
+                        try {
+                            producer.commitTransaction();
+                            break;
+                        } catch (TimeoutException e) { // the commit may still be under way: retry it
+                            if (attempt >= 10) throw e;
+                        }
+                    }
+                    h.event("ok", "commit").put("txn", txn).put("producer", sid).emit();
+                } catch (org.apache.kafka.common.errors.ProducerFencedException
+                         | org.apache.kafka.common.errors.OutOfOrderSequenceException
+                         | org.apache.kafka.common.errors.AuthorizationException
+                         | UnsupportedVersionException e) {
+                    if (commitInvoked) h.event("info", "commit").put("txn", txn).put("producer", sid).put("error", e.toString()).emit();
+                    throw e; // fatal for this producer: the runner starts a new copier
+                } catch (org.apache.kafka.common.KafkaException e) { // abortable
+                    h.event("invoke", "abort").put("txn", txn).put("producer", sid).emit();
+                    try {
+                        producer.abortTransaction();
+                    } catch (org.apache.kafka.common.KafkaException fatal) {
+                        h.event("info", "abort").put("txn", txn).put("producer", sid).put("error", fatal.toString()).emit();
+                        if (commitInvoked) h.event("info", "commit").put("txn", txn).put("producer", sid).emit();
+                        throw fatal;
+                    }
+                    h.event("ok", "abort").put("txn", txn).put("producer", sid).emit();
+                    if (commitInvoked) {
+                        h.event("fail", "commit").put("txn", txn).put("producer", sid).put("error", e.toString()).emit();
+                    }
+                    seekToCommitted(consumer, h, sid);
+                }
+            }
+        }
+    }
+
+    static void seekToCommitted(KafkaConsumer<byte[], byte[]> consumer, HistoryOut h, String sid) {
+        Set<TopicPartition> assigned = consumer.assignment();
+        if (assigned.isEmpty()) return;
+        Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(assigned);
+        List<Object> moved = new ArrayList<>();
+        for (TopicPartition tp : assigned) {
+            OffsetAndMetadata om = committed.get(tp);
+            if (om == null) {
+                consumer.seekToBeginning(List.of(tp));
+                moved.add(Arrays.asList(tp.topic(), tp.partition(), -2));
+            } else {
+                consumer.seek(tp, om.offset());
+                moved.add(Arrays.asList(tp.topic(), tp.partition(), om.offset()));
+            }
+        }
+        h.event("info", "seek").put("c", sid).put("partitions", moved).emit();
+    }
+
+    /** tests/chaos/history.py events on stdout: {"t": epoch seconds, "p", "type", "f", ...}. */
+    static final class HistoryOut {
+        final String process;
+        final java.util.concurrent.atomic.AtomicLong ids = new java.util.concurrent.atomic.AtomicLong();
+
+        HistoryOut(String process) { this.process = process; }
+
+        long nextId() { return ids.incrementAndGet(); }
+
+        Event event(String type, String f) {
+            java.time.Instant now = java.time.Instant.now();
+            double t = now.getEpochSecond() + now.getNano() / 1e9;
+            return new Event(new Json().put("t", t).put("p", process).put("type", type).put("f", f));
+        }
+
+        void seek(String sid, Collection<TopicPartition> partitions, long offset) {
+            List<Object> parts = new ArrayList<>();
+            for (TopicPartition tp : partitions) parts.add(Arrays.asList(tp.topic(), tp.partition(), offset));
+            event("info", "seek").put("c", sid).put("partitions", parts).emit();
+        }
+
+        record Event(Json json) {
+            Event put(String key, Object value) {
+                json.put(key, value);
+                return this;
+            }
+
+            void emit() {
+                synchronized (OUT) {
+                    SemelClient.emit(json);
+                }
+            }
+        }
     }
 
     // ------------------------------------------------------------------ admin
