@@ -20,9 +20,10 @@
  * partitions}. Admin subcommands print one object each (see the methods below).
  *
  * Adding a command: write `static void name(Args a) throws Exception`, register it in
- * COMMANDS (or ADMIN_COMMANDS for `admin <sub>`) with its usage and options. Planned:
- * txn-produce, copier (consume-transform-produce with sendOffsetsToTransaction),
- * admin list-transactions, describe-transactions, describe-producers, abort-transaction.
+ * COMMANDS (or ADMIN_COMMANDS for `admin <sub>`) with its usage and options. `copier` is
+ * tests/chaos's transactional copier and prints tests/chaos/history.py events instead.
+ * Planned: admin list-transactions, describe-transactions, describe-producers,
+ * abort-transaction.
  */
 
 import java.io.BufferedOutputStream;
@@ -653,7 +654,8 @@ public final class SemelClient {
             });
             int n = 0;
             while (stop == null || !java.nio.file.Files.exists(stop)) {
-                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(500));
+                org.apache.kafka.clients.consumer.ConsumerRecords<byte[], byte[]> records =
+                    consumer.poll(Duration.ofMillis(500));
                 if (records.isEmpty()) continue;
                 List<Object> polled = new ArrayList<>();
                 Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
