@@ -20,8 +20,8 @@ Anomalies (each reported with a count and examples):
                        commit (aborted, or never committed by the end)
   undecided_read       a read_committed read returned transactional data before its commit
                        was even requested, or a raw read_committed fetch returned data at or
-                       above the last stable offset it reported, or data whose deciding marker
-                       lies at or above that last stable offset
+                       above the last stable offset it reported, or transactional data below
+                       it before the producer had asked to commit or abort
   hanging_transaction  at the final read, transactional data has no deciding marker
   torn_transaction     some but not all writes of a committed transaction are visible
   inconsistent_offset  one offset of a partition observed with two different records
@@ -158,10 +158,17 @@ class Txn:
     p: str
     begin_t: float
     commit_invoke_t: float | None = None
+    abort_invoke_t: float | None = None
     commit_done_t: float | None = None
     outcome: str = "unknown"  # committed | aborted | unknown
     declared_writes: list[tuple[str, str]] | None = None  # [(topic, value)] at commit invoke
     sends: list[Write] = field(default_factory=list)
+
+    @property
+    def end_invoke_t(self) -> float | None:
+        """When the producer first asked to end the transaction (commit or abort)."""
+        times = [t for t in (self.commit_invoke_t, self.abort_invoke_t) if t is not None]
+        return min(times) if times else None
 
 
 @dataclass
@@ -263,6 +270,8 @@ class Checker:
                     txn.outcome = "aborted"
             elif f == "abort":
                 txn = self._txn(e["txn"], e)
+                if type_ == "invoke" and txn.abort_invoke_t is None:
+                    txn.abort_invoke_t = e["t"]
                 if type_ == "ok" and txn.outcome != "committed":
                     txn.outcome = "aborted"
             elif f == "poll" and type_ == "ok":
@@ -554,8 +563,8 @@ class Checker:
                     continue
                 txn = self.txns.get(txn_id)
                 example = {"p": e["p"], "c": e.get("c"), "t": round(e["t"], 3),
-                               "partition": f"{topic}/{partition}", "offset": offset, "value": value,
-                               "txn": txn_id}
+                           "partition": f"{topic}/{partition}", "offset": offset,
+                           "value": value, "txn": txn_id}
                 if not self._finally_committed(txn_id):
                     if self._txn_excused(txn_id, e["t"]):
                         continue
@@ -572,27 +581,36 @@ class Checker:
                                     round(txn.commit_invoke_t, 3), **example)
 
     def _check_lso(self) -> None:
+        at: dict[tuple[TP, int], LogRecord] = {
+            (tp, r.offset): r for tp, rs in self.final.log.items() for r in rs}
         for e in self.lso_reads:
             tp = (e["topic"], e["partition"])
             lso = e["lso"]
             for base, last, pid, transactional, control in e["batches"]:
                 if self._observation_void(tp, base, e["t"]):
                     continue
-                example = {"partition": tp_name(tp), "t": round(e["t"], 3), "lso": lso, "hw": e["hw"],
-                               "batch": [base, last], "producer_id": pid}
+                example = {"partition": tp_name(tp), "t": round(e["t"], 3), "lso": lso,
+                           "hw": e["hw"], "batch": [base, last], "producer_id": pid}
                 if last >= lso:
                     self.report.add("undecided_read",
                                     "read_committed fetch returned a batch at or above the "
                                     "last stable offset it reported", **example)
-                elif transactional and not control:
-                    marker = self.decided_at.get((tp, base))
-                    if marker is None:
-                        continue  # not in the final log (reported elsewhere, if at all)
-                    if marker >= lso:
-                        self.report.add("undecided_read",
-                                        "read_committed fetch returned transactional data "
-                                        "whose COMMIT/ABORT marker lies at or above its last "
-                                        "stable offset", marker_offset=marker, **example)
+                    continue
+                if not transactional or control:
+                    continue
+                # the transaction this batch belongs to (the final log's record there, if it
+                # is still the same producer's) must have been ended by its producer already
+                r = at.get((tp, base))
+                if r is None or r.producer_id != pid or r.txn is None:
+                    continue
+                txn = self.txns.get(r.txn)
+                ended = None if txn is None else txn.end_invoke_t
+                if ended is not None and e["t"] + CLOCK_SLACK_S < ended:
+                    self.report.add("undecided_read",
+                                    "read_committed fetch returned transactional data below "
+                                    "its last stable offset before the producer ended the "
+                                    "transaction", txn=r.txn, ended_t=round(ended, 3),
+                                    **example)
 
     def _check_offsets(self) -> None:
         seen: dict[tuple[TP, int], dict[tuple[str, str | None], str]] = defaultdict(dict)

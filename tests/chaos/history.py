@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 Event = dict[str, Any]
 
@@ -50,11 +50,17 @@ class History:
     Listeners (`on_event`) see every event as it is recorded, e.g. the nemesis that kills
     the broker right after a commit completes."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, stream: IO[str] | None = None,
+                 keep: bool = True) -> None:
+        """Into the file `path`, or line by line (flushed) into `stream` (a copier process's
+        stdout, read by the runner), or only in memory."""
         self.path = path
         self.events: list[Event] = []
         self._lock = threading.Lock()
-        self._file = open(path, "a", buffering=1 << 16) if path is not None else None  # noqa: SIM115
+        self._file = (open(path, "a", buffering=1 << 16)  # noqa: SIM115
+                      if path is not None else stream)
+        self._flush_each = stream is not None
+        self._keep = keep
         self._ids = itertools.count(1)
         self.listeners: list[Callable[[Event], None]] = []
 
@@ -67,12 +73,28 @@ class History:
         event = {"t": time.time() if t is None else t, "p": p, "type": type_, "f": f, **fields}
         line = json.dumps(event, separators=(",", ":"))
         with self._lock:
-            self.events.append(event)
+            if self._keep:
+                self.events.append(event)
             if self._file is not None:
                 self._file.write(line + "\n")
+                if self._flush_each:
+                    self._file.flush()
         for listener in list(self.listeners):
             listener(event)
         return event
+
+    def add(self, event: Event) -> None:
+        """Record an event made elsewhere (a copier process's line), keeping its time."""
+        line = json.dumps(event, separators=(",", ":"))
+        with self._lock:
+            if self._keep:
+                self.events.append(event)
+            if self._file is not None:
+                self._file.write(line + "\n")
+                if self._flush_each:
+                    self._file.flush()
+        for listener in list(self.listeners):
+            listener(event)
 
     def flush(self) -> None:
         with self._lock:
@@ -86,20 +108,23 @@ class History:
                 self._file = None
 
 
-def read_events(path: Path) -> Iterator[Event]:
-    """Events of one JSON-lines file; lines that are not JSON objects (a process killed in
-    the middle of a line, a client's own output) are skipped."""
-    with open(path, errors="replace") as f:
-        for line in f:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(event, dict) and "f" in event and "t" in event:
-                yield event
+def read_events(source: Path | Iterable[str]) -> Iterator[Event]:
+    """Events of a JSON-lines file or stream of lines; lines that are not JSON objects (a
+    process killed in the middle of a line, a client's own output) are skipped."""
+    if isinstance(source, (str, Path)):
+        with open(source, errors="replace") as f:
+            yield from read_events(f)
+        return
+    for line in source:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and "f" in event and "t" in event:
+            yield event
 
 
 def merge(streams: Iterable[Iterable[Event]]) -> list[Event]:

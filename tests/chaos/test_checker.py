@@ -225,12 +225,31 @@ def test_undecided_read_from_an_lso_fetch():
     only(h.check(), "undecided_read")
 
 
-def test_undecided_read_marker_above_reported_lso():
+def test_undecided_read_below_lso_before_the_transaction_ended():
     h = clean()
-    # the data batch lies below lso=3, but its COMMIT marker is at offset 3
-    h.ev("lso", "ok", "lso", topic="t", partition=0, lso=3, hw=3,
-         batches=[[2, 2, 7, True, False]])
+    h.ev("w2", "info", "begin", txn="x9", producer="tx1")
+    h.send("u", partition=0, offset=7, producer="tx1", p="w2", txn="x9")
+    # the LSO passed the open transaction's data
+    h.ev("lso", "ok", "lso", topic="t", partition=0, lso=8, hw=8,
+         batches=[[6, 6, -1, False, False], [7, 7, 9, True, False]])
+    h.ev("w2", "invoke", "commit", txn="x9", producer="tx1", writes=[["t", "u"]])
+    h.ev("w2", "ok", "commit", txn="x9", producer="tx1")
+    h.data(T0, 7, "u", "x9", pid=9)
+    h.marker(T0, 8, 9)
+    h.committed_from_log()
     only(h.check(), "undecided_read")
+
+
+def test_decided_data_below_lso_with_its_marker_above_is_fine():
+    """Another transaction still open keeps the LSO below a decided one's marker."""
+    h = clean()
+    h.txn("x9", [("u", 0, 7)], producer="tx9")
+    h.data(T0, 7, "u", "x9", pid=9)
+    h.marker(T0, 8, 9)
+    h.ev("lso", "ok", "lso", topic="t", partition=0, lso=8, hw=9,
+         batches=[[7, 7, 9, True, False]])
+    h.committed_from_log()
+    assert h.check().ok
 
 
 def test_lso_fetch_below_markers_is_fine():

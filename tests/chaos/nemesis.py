@@ -1,0 +1,163 @@
+"""The nemesis: a seeded schedule of faults against the target, one at a time, with quiet
+gaps between them so the workloads make progress.
+
+Faults (names used by the profiles):
+  kill               SIGKILL the broker at a random moment, restart on the same port
+  kill_after_commit  SIGKILL the broker right after the next transaction commit completes
+  kill_at_prepare    SIGKILL once a PREPARE_COMMIT/ABORT is durable, before any marker
+                     (faulty broker: the coordinator's before_markers hook), sometimes after
+                     a short delay that lets the EndTxn answer leave first
+  pause              SIGSTOP for longer than the clients' request timeout, then SIGCONT
+  proxy_delay        every connection's traffic delayed, for a while
+  proxy_slow_one     one connection's requests delayed while the others proceed
+  proxy_blackhole    traffic swallowed (requests time out), then the connections reset
+  proxy_reset        every connection reset (RST)
+  disk_full          writes fail with ENOSPC for a while (faulty broker)
+  fsync_fail         fsyncs fail with EIO for a while (faulty broker)
+  power_loss         files cut back to their fsynced length, broker restarted (faulty broker)
+  copier_kill        SIGKILL one copier process (its supervisor starts a new one)
+
+The choice and parameters of each fault come from the seed; only their timing depends on the
+machine. After a disk fault the broker is restarted if a partition went offline for writes
+(as an operator would after a full disk), which is recorded.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import threading
+import time
+from collections import Counter
+
+from tests.chaos.history import Event, History
+from tests.chaos.target import BrokerGone, Target
+
+FAULTY_ONLY = {"kill_at_prepare", "disk_full", "fsync_fail", "power_loss"}
+
+
+class Nemesis:
+    def __init__(self, target: Target, history: History, seed: int, faults: list[str], *,
+                 gap_s: tuple[float, float] = (1.0, 3.0),
+                 pause_s: tuple[float, float] = (6.0, 9.0),
+                 fault_s: tuple[float, float] = (1.5, 4.0),
+                 copiers: list = ()) -> None:
+        self.target = target
+        self.history = history
+        self.rng = random.Random(seed)
+        self.faults = [f for f in faults if target.faulty or f not in FAULTY_ONLY]
+        self.gap_s = gap_s
+        self.pause_s = pause_s
+        self.fault_s = fault_s
+        self.copiers = list(copiers)
+        self.stop_event = threading.Event()
+        self.done = Counter()
+        self.thread: threading.Thread | None = None
+        self._commit = threading.Event()
+        history.listeners.append(self._on_event)
+
+    def _on_event(self, e: Event) -> None:
+        if e["f"] == "commit" and e["type"] == "ok":
+            self._commit.set()
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(120)
+        self.heal()
+
+    def heal(self) -> None:
+        self.target.proxy.heal()
+        if self.target.faulty:
+            self.target.disarm()
+            self.target.clear_disk_faults()
+        self.target.check_alive()
+
+    def _run(self) -> None:
+        while not self.stop_event.wait(self.rng.uniform(*self.gap_s)):
+            self.target.check_alive()
+            if not self.faults:
+                continue
+            fault = self.rng.choice(self.faults)
+            try:
+                getattr(self, f"_{fault}")()
+                self.done[fault] += 1
+            except BrokerGone:
+                pass
+            finally:
+                self.target.proxy.heal()
+
+    def _hold(self) -> None:
+        self.stop_event.wait(self.rng.uniform(*self.fault_s))
+
+    # -- the faults ----------------------------------------------------------------------------
+
+    def _kill(self) -> None:
+        self.target.kill()
+
+    def _kill_after_commit(self) -> None:
+        self._commit.clear()
+        if self._commit.wait(10) and not self.stop_event.is_set():
+            self.target.kill("kill after commit")
+
+    def _kill_at_prepare(self) -> None:
+        delay_ms = self.rng.choice([0, 0, 20, 200])
+        self.target.arm_kill_at_prepare(delay_ms)
+        if not self.target.restart_after_exit("kill at prepare", wait_s=10):
+            self.target.disarm()
+
+    def _pause(self) -> None:
+        self.target.pause(self.rng.uniform(*self.pause_s), self.stop_event)
+
+    def _proxy_delay(self) -> None:
+        seconds = self.rng.uniform(0.05, 0.6)
+        self.history.record("nemesis", "info", "fault", fault="proxy delay", seconds=seconds)
+        self.target.proxy.delay(seconds)
+        self._hold()
+
+    def _proxy_slow_one(self) -> None:
+        seconds = self.rng.uniform(1.0, 4.0)
+        cid = self.target.proxy.slow_one(seconds, self.rng)
+        self.history.record("nemesis", "info", "fault", fault="proxy slow one", seconds=seconds,
+                            connection=cid)
+        self._hold()
+
+    def _proxy_blackhole(self) -> None:
+        self.history.record("nemesis", "info", "fault", fault="proxy blackhole")
+        self.target.proxy.blackhole()
+        self._hold()
+
+    def _proxy_reset(self) -> None:
+        n = self.target.proxy.reset_all()
+        self.history.record("nemesis", "info", "fault", fault="proxy reset", connections=n)
+
+    def _disk(self, **faults) -> None:
+        self.target.disk_fault(**faults)
+        self._hold()
+        self.target.clear_disk_faults()
+        time.sleep(0.5)  # let the next flush round run against the healed disk
+        try:
+            offsets = self.target.control("offsets")["offsets"]
+        except BrokerGone:
+            return
+        offline = sorted(tp for tp, v in offsets.items() if v[3])
+        if offline:
+            self.target.kill(f"restart: offline {','.join(offline[:4])}")
+
+    def _disk_full(self) -> None:
+        self._disk(write_error=errno.ENOSPC)
+
+    def _fsync_fail(self) -> None:
+        self._disk(fsync_error=errno.EIO)
+
+    def _power_loss(self) -> None:
+        self.target.power_loss()
+
+    def _copier_kill(self) -> None:
+        running = [c for c in self.copiers if not c.stop_event.is_set()]
+        if running:
+            self.rng.choice(running).kill_one()

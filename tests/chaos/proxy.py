@@ -1,0 +1,226 @@
+"""A TCP proxy in front of the broker (asyncio on its own thread, loopback only).
+
+Clients connect to the proxy (the broker advertises the proxy's address); each connection
+gets its own upstream connection and two pumps, client->broker and broker->client. Bytes
+are forwarded unchanged and in order, so Kafka's framing is never disturbed; faults act on
+whole connections:
+
+  delay(s)          every chunk in both directions waits s seconds (latency, not throughput)
+  slow_one(s)       one established connection's client->broker bytes wait s seconds while
+                    every other connection proceeds: requests sent on it reach the broker
+                    after requests sent later on other connections (KAFKA-17754's reordering)
+  blackhole()       nothing is forwarded any more (bytes are swallowed), on old and new
+                    connections: clients see requests time out; heal() resets them
+  reset_all()       every connection is closed with a TCP RST
+  heal()            delays off, blackholed connections reset
+
+All methods are thread-safe; they run on the proxy's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+CHUNK = 1 << 16
+
+
+@dataclass(eq=False)
+class _Conn:
+    cid: int
+    client: asyncio.StreamWriter
+    upstream: asyncio.StreamWriter | None = None
+    extra_delay: float = 0.0  # client->broker only (slow_one)
+    blackholed: bool = False
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+
+def _rst(writer: asyncio.StreamWriter | None) -> None:
+    if writer is None:
+        return
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+class Proxy:
+    def __init__(self, upstream_port: int = 0) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self.delay_s = 0.0
+        self.blackholed = False
+        self.conns: dict[int, _Conn] = {}
+        self.stats = {"connections": 0, "resets": 0, "slowed": 0}
+        self._ids = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Proxy:
+        ready = threading.Event()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._server = self._loop.run_until_complete(
+                asyncio.start_server(self._accept, "127.0.0.1", 0, reuse_address=True))
+            self.port = self._server.sockets[0].getsockname()[1]
+            ready.set()
+            self._loop.run_forever()
+            self._loop.close()
+
+        self._thread = threading.Thread(target=run, name="chaos-proxy", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+
+        async def shutdown() -> None:
+            self._server.close()
+            for conn in list(self.conns.values()):
+                self._close(conn, rst=True)
+            await asyncio.sleep(0)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop = None
+
+    def _call(self, fn, *args):
+        fut = asyncio.run_coroutine_threadsafe(self._run(fn, *args), self._loop)
+        return fut.result(10)
+
+    async def _run(self, fn, *args):
+        return fn(*args)
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def delay(self, seconds: float) -> None:
+        self._call(setattr, self, "delay_s", seconds)
+
+    def slow_one(self, seconds: float, rng: random.Random) -> int | None:
+        def pick() -> int | None:
+            live = [c for c in self.conns.values() if c.upstream is not None]
+            if not live:
+                return None
+            conn = rng.choice(sorted(live, key=lambda c: c.cid))
+            conn.extra_delay = seconds
+            self.stats["slowed"] += 1
+            return conn.cid
+
+        return self._call(pick)
+
+    def blackhole(self) -> None:
+        def on() -> None:
+            self.blackholed = True
+            for conn in self.conns.values():
+                conn.blackholed = True
+
+        self._call(on)
+
+    def reset_all(self) -> int:
+        def reset() -> int:
+            n = 0
+            for conn in list(self.conns.values()):
+                self._close(conn, rst=True)
+                n += 1
+            self.stats["resets"] += n
+            return n
+
+        return self._call(reset)
+
+    def heal(self) -> None:
+        def heal() -> None:
+            self.delay_s = 0.0
+            self.blackholed = False
+            for conn in list(self.conns.values()):
+                conn.extra_delay = 0.0
+                if conn.blackholed:
+                    self._close(conn, rst=True)
+                    self.stats["resets"] += 1
+
+        self._call(heal)
+
+    # -- forwarding ------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._ids += 1
+        self.stats["connections"] += 1
+        conn = _Conn(self._ids, writer, blackholed=self.blackholed)
+        self.conns[conn.cid] = conn
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            self._close(conn, rst=False)
+            return
+        conn.upstream = up_writer
+        conn.tasks = [
+            asyncio.create_task(self._pump(conn, reader, up_writer, upstream=True)),
+            asyncio.create_task(self._pump(conn, up_reader, writer, upstream=False)),
+        ]
+
+    async def _pump(self, conn: _Conn, reader: asyncio.StreamReader,
+                    writer: asyncio.StreamWriter, *, upstream: bool) -> None:
+        queue: asyncio.Queue = asyncio.Queue()
+        sender = asyncio.create_task(self._send(conn, queue, writer))
+        last_due = 0.0
+        try:
+            while True:
+                data = await reader.read(CHUNK)
+                if not data:
+                    break
+                if conn.blackholed:
+                    continue
+                delay = self.delay_s + (conn.extra_delay if upstream else 0.0)
+                due = max(time.monotonic() + delay, last_due)  # never reorder one stream
+                last_due = due
+                queue.put_nowait((due, data))
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            queue.put_nowait((0.0, None))
+            with contextlib.suppress(Exception):
+                await sender
+            self._close(conn, rst=False)
+
+    async def _send(self, conn: _Conn, queue: asyncio.Queue,
+                    writer: asyncio.StreamWriter) -> None:
+        while True:
+            due, data = await queue.get()
+            if data is None:
+                return
+            wait = due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if conn.blackholed:
+                continue
+            writer.write(data)
+            try:
+                await writer.drain()
+            except OSError:
+                return
+
+    def _close(self, conn: _Conn, *, rst: bool) -> None:
+        if self.conns.pop(conn.cid, None) is None:
+            return
+        for writer in (conn.client, conn.upstream):
+            if writer is None:
+                continue
+            if rst:
+                _rst(writer)
+            else:
+                writer.close()
+        for task in conn.tasks:
+            task.cancel()

@@ -1,0 +1,181 @@
+"""Client settings shared by the workloads, and small helpers.
+
+Timeouts: a request times out after `REQUEST_TIMEOUT_MS` (shorter than the nemesis's
+pauses, so pauses really do outlast client timeouts), while deliveries and transactions get
+`DELIVERY_TIMEOUT_MS` (generous, so the clients ride out every fault and the run ends with
+the fewest unknown outcomes).
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from pathlib import Path
+
+REQUEST_TIMEOUT_MS = 5_000
+DELIVERY_TIMEOUT_MS = 120_000
+TRANSACTION_TIMEOUT_MS = 30_000
+SESSION_TIMEOUT_MS = 10_000
+API_TIMEOUT_S = 30.0
+
+
+def client_logger(out_dir: Path | None, name: str = "chaos.clients") -> logging.Logger:
+    """librdkafka's log lines go to <out>/clients.log instead of stderr."""
+    logger = logging.getLogger(name)
+    if out_dir is not None and not logger.handlers:
+        handler = logging.FileHandler(Path(out_dir) / "clients.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+    return logger
+
+
+def common_config(bootstrap: str, logger: logging.Logger | None = None) -> dict:
+    config = {
+        "bootstrap.servers": bootstrap,
+        "socket.timeout.ms": REQUEST_TIMEOUT_MS * 2,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
+        "retry.backoff.ms": 50,
+        "retry.backoff.max.ms": 500,
+        "topic.metadata.refresh.interval.ms": 5_000,
+        "log_level": 4,
+    }
+    if logger is not None:
+        config["logger"] = logger
+    return config
+
+
+def producer_config(bootstrap: str, logger=None, **extra) -> dict:
+    return {
+        **common_config(bootstrap, logger),
+        "enable.idempotence": True,
+        "acks": "all",
+        "max.in.flight.requests.per.connection": 5,
+        "linger.ms": 5,
+        "request.timeout.ms": REQUEST_TIMEOUT_MS,
+        "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+        **extra,
+    }
+
+
+def transactional_config(bootstrap: str, transactional_id: str, logger=None, **extra) -> dict:
+    return producer_config(bootstrap, logger, **{
+        "transactional.id": transactional_id,
+        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        **extra,
+    })
+
+
+def consumer_config(bootstrap: str, group: str, logger=None, **extra) -> dict:
+    return {
+        **common_config(bootstrap, logger),
+        "group.id": group,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "session.timeout.ms": SESSION_TIMEOUT_MS,
+        "heartbeat.interval.ms": 1_000,
+        "max.poll.interval.ms": 120_000,
+        "fetch.wait.max.ms": 200,
+        **extra,
+    }
+
+
+def guarded(errors: list[str], fn):
+    """Run a workload thread's body; an exception ends up in `errors` (the runner reports
+    it as a liveness failure) instead of vanishing with the thread."""
+
+    def run(*args) -> None:
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001
+            import traceback
+
+            errors.append(f"{fn.__name__}{args}: {type(e).__name__}: {e}\n"
+                          + traceback.format_exc(limit=4))
+
+    return run
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The workloads pick partitions themselves, so a send's partition is known at invoke."""
+    return zlib.crc32(key.encode()) % partitions
+
+
+def txn_header(msg) -> str | None:
+    for k, v in msg.headers() or ():
+        if k == "txn":
+            return v.decode() if v is not None else None
+    return None
+
+
+def error_text(err) -> str:
+    try:
+        return f"{err.name()}: {err.str()}"
+    except AttributeError:
+        return str(err)
+
+
+def record_of(msg) -> list:
+    value = msg.value()
+    return [msg.topic(), msg.partition(), msg.offset(),
+            value.decode() if value is not None else None, txn_header(msg)]
+
+
+def end_transaction(producer, history, p: str, txn: str, producer_id: str, *, commit: bool,
+                    writes: list[list[str]] | None = None, attempts: int = 20) -> str:
+    """Commit or abort the open transaction, recording the outcome; retriable errors are
+    retried, an abortable one during commit aborts. Returns "committed", "aborted" or
+    "fatal" (the producer is unusable: outcome unknown, make a new one)."""
+    from confluent_kafka import KafkaException
+
+    f = "commit" if commit else "abort"
+    if commit:
+        history.record(p, "invoke", f, txn=txn, producer=producer_id, writes=writes or [])
+    else:
+        history.record(p, "invoke", f, txn=txn, producer=producer_id)
+    for _ in range(attempts):
+        try:
+            if commit:
+                producer.commit_transaction(API_TIMEOUT_S)
+            else:
+                producer.abort_transaction(API_TIMEOUT_S)
+            history.record(p, "ok", f, txn=txn, producer=producer_id)
+            return "committed" if commit else "aborted"
+        except KafkaException as e:
+            err = e.args[0]
+            if err.fatal():
+                break
+            if commit and err.txn_requires_abort():
+                if abort_open_transaction(producer, history, p, txn, producer_id):
+                    history.record(p, "fail", f, txn=txn, producer=producer_id,
+                                   error=error_text(err))
+                    return "aborted"
+                break
+            if not err.retriable():
+                break
+    history.record(p, "info", f, txn=txn, producer=producer_id, error="gave up")
+    return "fatal"
+
+
+def abort_open_transaction(producer, history, p: str, txn: str, producer_id: str,
+                           attempts: int = 20) -> bool:
+    """Abort after an abortable error; True once the abort is done."""
+    from confluent_kafka import KafkaException
+
+    history.record(p, "invoke", "abort", txn=txn, producer=producer_id)
+    for _ in range(attempts):
+        try:
+            producer.abort_transaction(API_TIMEOUT_S)
+            history.record(p, "ok", "abort", txn=txn, producer=producer_id)
+            return True
+        except KafkaException as e:
+            err = e.args[0]
+            if err.fatal() or not err.retriable():
+                break
+    history.record(p, "info", "abort", txn=txn, producer=producer_id, error="gave up")
+    return False
