@@ -974,8 +974,10 @@ class PartitionLog:
         """The aborted transactions a read_committed fetch from `fetch_offset` returning
         `records` (whole batches, as `read` gives them) must report: those with data in
         [fetch_offset, end of the records)."""
-        if not records:
-            return []
+        if not records or not any(
+            s.txn_index.count for s in self._segments[self._segment_index(fetch_offset) :]
+        ):
+            return []  # the common case: no abort anywhere near, the records are not walked
         return self.collect_aborted_transactions(fetch_offset, _records_end_offset(records))
 
     def iter_batches_from(
