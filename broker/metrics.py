@@ -71,7 +71,8 @@ class BrokerMetrics:
 
 
 class ExactlyOnceCollector:
-    """Producer ids, last stable offsets and transactional ids, read at scrape time."""
+    """Producer ids, last stable offsets and transactional ids, read at scrape time.
+    Construct it on the broker's event loop thread."""
 
     SCRAPE_TIMEOUT_S = 5.0
 
@@ -79,11 +80,7 @@ class ExactlyOnceCollector:
         self.log_manager = log_manager
         self.txn_coordinator = txn_coordinator
         self.loop = loop
-        self._loop_thread: int | None = None
-        loop.call_soon_threadsafe(self._note_loop_thread)
-
-    def _note_loop_thread(self) -> None:
-        self._loop_thread = threading.get_ident()
+        self._loop_thread = threading.get_ident()  # built on the loop (Broker.start)
 
     def describe(self):
         return self._families(None, [], {})  # names only (the registry checks collisions)

@@ -14,6 +14,7 @@ import threading
 import urllib.request
 
 import pytest
+from prometheus_client import generate_latest
 
 from broker.testing import BrokerThread
 from protocol.errors import Error
@@ -500,6 +501,12 @@ def test_metrics_show_producers_lso_and_transactional_ids(shared_broker, wire):
     assert float(lines["semel_live_producer_ids"]) >= 1
     assert float(lines["semel_active_transactional_ids"]) >= 1
     assert float(lines['semel_transactional_ids{state="Ongoing"}']) >= 1
+
+    async def scrape_on_the_loop():  # the collector reads directly there (no deadlock)
+        return generate_latest(shared_broker.broker.metrics.registry).decode()
+
+    assert 'semel_last_stable_offset{partition="0",topic="metrics-t"} 1.0' in \
+        shared_broker.call(scrape_on_the_loop(), timeout=10)
     end_txn(wire, "metrics-txn", r.producer_id, r.producer_epoch, True)
 
 
