@@ -21,6 +21,9 @@ marker appends (producer id, first offset, marker offset, last stable offset) to
 segment's `.txnindex` (transaction_index.py); `collect_aborted_transactions` gathers the
 entries a read_committed fetch reports. The high watermark listener fires whenever the
 high watermark moves, which is also when the last stable offset can move.
+Unlike Kafka's log, the append does not itself refuse a client's transactional batch that
+opens a transaction without a verification guard: the produce handler asks the transaction
+coordinator and appends with nothing in between (broker/handlers/produce.py).
 
 Producer state snapshots (`%020d.snapshot`) are written on roll, on close and by the log
 manager's periodic producer-expiration task, and fsynced by the next flush round; at open

@@ -9,8 +9,10 @@ errors carry -1 there, as Kafka's do.
   (``_upper_bound``) and returns the aborted transactions (producer id, first offset) whose
   data meets the range returned - last offset >= fetch offset, first offset < the end of
   the returned batches - from the segments' ``.txnindex`` files (an empty list when none
-  or when no data is returned); the client drops their batches. read_uncommitted reads up
-  to the high watermark and returns null there, as Kafka does.
+  or when no data is returned); the client drops their batches. The end of the returned
+  data is exact (Kafka estimates it from the offset index and may also name a transaction
+  starting just after it, which clients ignore). read_uncommitted reads up to the high
+  watermark and returns null there, as Kafka does.
 - Sizes (KIP-74): each partition gets at most partition_max_bytes and the response at most
   max_bytes, except that until some partition has returned data, the first batch found is
   returned whole even if larger, so a consumer always makes progress.

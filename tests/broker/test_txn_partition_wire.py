@@ -343,6 +343,13 @@ def test_produce_verifies_the_partition_is_in_the_transaction(shared_broker, wir
     assert produce_txn(wire, "pv", r, "pv", [b"x"], 0, partition=1).error_message == \
         "Partition was not added to the transaction"
     assert produce_txn(wire, "pv", r, "pv", [b"ok"], 0).error_code == Error.NONE
+    # the hanging-transaction hole: a write arriving after its transaction ended, same epoch
+    assert end_txn(wire, "pv", r.producer_id, r.producer_epoch, True).error_code == 0
+    wait_for(lambda: describe(wire, "pv")["pv"].transaction_state == "CompleteCommit")
+    late = produce_txn(wire, "pv", r, "pv", [b"late"], 1)
+    assert late.error_code == Error.INVALID_TXN_STATE
+    part = fetch(wire, "pv")
+    assert part.last_stable_offset == part.high_watermark == 2  # nothing left hanging
     # a fenced producer's first batch on a partition
     newer = init(wire, "pv")
     wait_for(lambda: init(wire, "pv").error_code == Error.NONE)  # its abort completed
