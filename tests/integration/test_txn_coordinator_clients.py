@@ -5,8 +5,8 @@ partition of each transaction.
 
 The coordinator side only: read_committed consumption is the partition side's (issue 6), so
 records are checked through the markers the partitions hold and the coordinator's state.
-The broker runs with transaction.partition.verification.enable=false until the produce path
-asks the coordinator to verify partitions.
+The broker runs with partition verification on (the default): first transactional batches
+are checked with the coordinator before they are appended.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ TIMEOUT_S = 30
 
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory):
-    overrides = {"transaction.partition.verification.enable": "false",
-                 "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+    overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
                  "transaction.state.log.num.partitions": "4"}
     with BrokerThread(tmp_path_factory.mktemp("txn-clients"), overrides) as b:
         yield b

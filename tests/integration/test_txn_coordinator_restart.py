@@ -18,8 +18,7 @@ from tests.kafka_wire import FETCH, KafkaWire, create_topic, fetch_request, mess
 
 TIMEOUT_S = 30
 DESCRIBE_TRANSACTIONS = 65
-OVERRIDES = {"transaction.partition.verification.enable": "false",
-             "transaction.state.log.num.partitions": "3"}
+OVERRIDES = {"transaction.state.log.num.partitions": "3"}
 
 
 def describe(bootstrap: str, transactional_id: str):
