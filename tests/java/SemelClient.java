@@ -139,12 +139,14 @@ public final class SemelClient {
                 + "  (offline: the records produce would send, and their checksum)",
             "count start key-prefix value-prefix value-size dump", SemelClient::records);
         register(COMMANDS, "admin", "admin --bootstrap B <subcommand> ... (see below)",
-            "partitions rf config delete broker internal isolation", SemelClient::admin);
+            "partitions rf config delete broker internal isolation start-offset", SemelClient::admin);
         register(COMMANDS, "copier",
             "copier --bootstrap B --input IN --output OUT --group G --transactional-id T --process P"
                 + " [--session N] [--seed S] [--txn-size N] [--abort-ratio R] [--stop-file PATH]"
-                + "  (Kafka's TransactionalMessageCopier shape; prints history events, see copier())",
-            "input output group transactional-id process session seed txn-size abort-ratio stop-file",
+                + " [--until-end]  (Kafka's TransactionalMessageCopier shape; prints history events,"
+                + " see copier())",
+            "input output group transactional-id process session seed txn-size abort-ratio stop-file"
+                + " until-end",
             SemelClient::copier);
 
         register(ADMIN_COMMANDS, "create-topic",
@@ -165,6 +167,16 @@ public final class SemelClient {
         register(ADMIN_COMMANDS, "list-offsets",
             "list-offsets T PARTITION earliest|latest|max-timestamp|<timestamp-ms>"
                 + " [--isolation read_committed|read_uncommitted]", "", SemelClient::listOffsets);
+        register(ADMIN_COMMANDS, "list-transactions", "list-transactions  (one line per transaction)",
+            "", SemelClient::listTransactions);
+        register(ADMIN_COMMANDS, "describe-transactions", "describe-transactions ID...", "",
+            SemelClient::describeTransactions);
+        register(ADMIN_COMMANDS, "describe-producers", "describe-producers T PARTITION", "",
+            SemelClient::describeProducers);
+        register(ADMIN_COMMANDS, "abort-transaction",
+            "abort-transaction T PARTITION --start-offset O  (as kafka-transactions.sh abort: the"
+                + " producer whose open transaction starts at O, found with describeProducers)",
+            "", SemelClient::abortTransaction);
     }
 
     // ------------------------------------------------------------------ main
@@ -604,7 +616,9 @@ public final class SemelClient {
      * txn=<id>) to --output, sends the next offsets with the consumer's group metadata, then
      * aborts with probability --abort-ratio (and seeks back to the committed offsets) or
      * commits. An abortable error aborts and seeks back; a commit that times out is retried; a
-     * fatal error (fenced, ...) ends the run with status 1. Runs until --stop-file exists.
+     * fatal error (fenced, ...) ends the run with status 1. Runs until --stop-file exists, or with
+ * --until-end until a poll comes back empty with every assigned partition's position at its end
+ * offset (aborts seek back to the committed offsets, so then everything is committed).
      * Output: one tests/chaos/history.py event per line (t, p, type, f, ...).
      */
     static void copier(Args a) throws Exception {
@@ -618,6 +632,7 @@ public final class SemelClient {
         java.util.Random rng = new java.util.Random(a.getLong("seed", 0) * 7919L + session);
         java.nio.file.Path stop = a.has("stop-file") ? java.nio.file.Path.of(a.get("stop-file", "")) : null;
         int timeoutMs = a.getInt("timeout-ms", 30000);
+        boolean untilEnd = a.flag("until-end");
         HistoryOut h = new HistoryOut(process);
 
         Properties cp = clientProps(a, "semel-java-copier");
@@ -656,7 +671,13 @@ public final class SemelClient {
             while (stop == null || !java.nio.file.Files.exists(stop)) {
                 org.apache.kafka.clients.consumer.ConsumerRecords<byte[], byte[]> records =
                     consumer.poll(Duration.ofMillis(500));
-                if (records.isEmpty()) continue;
+                if (records.isEmpty()) {
+                    if (untilEnd && !consumer.assignment().isEmpty()
+                            && reachedEnd(consumer, consumer.endOffsets(consumer.assignment()))) {
+                        break;
+                    }
+                    continue;
+                }
                 List<Object> polled = new ArrayList<>();
                 Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
                 for (ConsumerRecord<byte[], byte[]> r : records) {
@@ -976,6 +997,77 @@ public final class SemelClient {
     }
 
     // ------------------------------------------------------------------ argument parsing
+
+    static void listTransactions(Args a) throws Exception {
+        try (Admin admin = openAdmin(a)) {
+            for (org.apache.kafka.clients.admin.TransactionListing t : admin.listTransactions().all().get()) {
+                emit(new Json().put("type", "transaction").put("transactional_id", t.transactionalId())
+                    .put("producer_id", t.producerId()).put("state", t.state().toString()));
+            }
+        }
+    }
+
+    static void describeTransactions(Args a) throws Exception {
+        if (a.positionals().isEmpty()) throw new UsageError("missing transactional id");
+        try (Admin admin = openAdmin(a)) {
+            Map<String, org.apache.kafka.clients.admin.TransactionDescription> all =
+                admin.describeTransactions(a.positionals()).all().get();
+            for (String id : a.positionals()) {
+                org.apache.kafka.clients.admin.TransactionDescription d = all.get(id);
+                List<Object> partitions = new ArrayList<>();
+                for (TopicPartition tp : d.topicPartitions()) partitions.add(Arrays.asList(tp.topic(), tp.partition()));
+                emit(new Json().put("type", "transaction").put("transactional_id", id)
+                    .put("coordinator_id", d.coordinatorId()).put("state", d.state().toString())
+                    .put("producer_id", d.producerId()).put("producer_epoch", d.producerEpoch())
+                    .put("transaction_timeout_ms", d.transactionTimeoutMs())
+                    .put("transaction_start_time_ms", d.transactionStartTimeMs().isPresent()
+                        ? d.transactionStartTimeMs().getAsLong() : null)
+                    .put("partitions", partitions));
+            }
+        }
+    }
+
+    static List<org.apache.kafka.clients.admin.ProducerState> activeProducers(Admin admin, TopicPartition tp)
+            throws Exception {
+        return admin.describeProducers(List.of(tp)).partitionResult(tp).get().activeProducers();
+    }
+
+    static void describeProducers(Args a) throws Exception {
+        TopicPartition tp = new TopicPartition(a.positional(0, "topic"),
+            parseInt(a.positional(1, "partition"), "partition"));
+        try (Admin admin = openAdmin(a)) {
+            for (org.apache.kafka.clients.admin.ProducerState p : activeProducers(admin, tp)) {
+                emit(new Json().put("type", "producer").put("producer_id", p.producerId())
+                    .put("producer_epoch", p.producerEpoch()).put("last_sequence", p.lastSequence())
+                    .put("last_timestamp", p.lastTimestamp())
+                    .put("coordinator_epoch", p.coordinatorEpoch().isPresent() ? p.coordinatorEpoch().getAsInt() : null)
+                    .put("current_transaction_start_offset", p.currentTransactionStartOffset().isPresent()
+                        ? p.currentTransactionStartOffset().getAsLong() : null));
+            }
+        }
+    }
+
+    static void abortTransaction(Args a) throws Exception {
+        TopicPartition tp = new TopicPartition(a.positional(0, "topic"),
+            parseInt(a.positional(1, "partition"), "partition"));
+        if (!a.has("start-offset")) throw new UsageError("missing --start-offset");
+        long startOffset = a.getLong("start-offset", -1);
+        try (Admin admin = openAdmin(a)) {
+            org.apache.kafka.clients.admin.ProducerState found = null;
+            for (org.apache.kafka.clients.admin.ProducerState p : activeProducers(admin, tp)) {
+                if (p.currentTransactionStartOffset().orElse(-1) == startOffset) found = p;
+            }
+            if (found == null) {
+                throw new IllegalStateException("no open transaction starts at offset " + startOffset + " of " + tp);
+            }
+            int coordinatorEpoch = found.coordinatorEpoch().orElse(0);
+            admin.abortTransaction(new org.apache.kafka.clients.admin.AbortTransactionSpec(
+                tp, found.producerId(), (short) found.producerEpoch(), coordinatorEpoch)).all().get();
+            emit(new Json().put("type", "aborted").put("topic", tp.topic()).put("partition", tp.partition())
+                .put("producer_id", found.producerId()).put("producer_epoch", found.producerEpoch())
+                .put("coordinator_epoch", coordinatorEpoch));
+        }
+    }
 
     static int parseInt(String s, String what) throws UsageError {
         try {
