@@ -143,10 +143,10 @@ public final class SemelClient {
         register(COMMANDS, "copier",
             "copier --bootstrap B --input IN --output OUT --group G --transactional-id T --process P"
                 + " [--session N] [--seed S] [--txn-size N] [--abort-ratio R] [--stop-file PATH]"
-                + " [--until-end]  (Kafka's TransactionalMessageCopier shape; prints history events,"
-                + " see copier())",
+                + " [--until-end] [--out-prefix P]  (Kafka's TransactionalMessageCopier shape; prints"
+                + " history events, see copier())",
             "input output group transactional-id process session seed txn-size abort-ratio stop-file"
-                + " until-end",
+                + " until-end out-prefix",
             SemelClient::copier);
 
         register(ADMIN_COMMANDS, "create-topic",
@@ -619,6 +619,7 @@ public final class SemelClient {
      * fatal error (fenced, ...) ends the run with status 1. Runs until --stop-file exists, or with
  * --until-end until a poll comes back empty with every assigned partition's position at its end
  * offset (aborts seek back to the committed offsets, so then everything is committed).
+ * --out-prefix P transforms each value into P + value (default: copied unchanged).
      * Output: one tests/chaos/history.py event per line (t, p, type, f, ...).
      */
     static void copier(Args a) throws Exception {
@@ -633,6 +634,7 @@ public final class SemelClient {
         java.nio.file.Path stop = a.has("stop-file") ? java.nio.file.Path.of(a.get("stop-file", "")) : null;
         int timeoutMs = a.getInt("timeout-ms", 30000);
         boolean untilEnd = a.flag("until-end");
+        byte[] outPrefix = a.get("out-prefix", "").getBytes(StandardCharsets.UTF_8);
         HistoryOut h = new HistoryOut(process);
 
         Properties cp = clientProps(a, "semel-java-copier");
@@ -694,11 +696,17 @@ public final class SemelClient {
                     byte[] txnBytes = txn.getBytes(StandardCharsets.UTF_8);
                     for (ConsumerRecord<byte[], byte[]> r : records) {
                         long op = h.nextId();
-                        String value = text(r.value());
+                        byte[] outValue = r.value();
+                        if (outPrefix.length > 0 && outValue != null) {
+                            outValue = new byte[outPrefix.length + r.value().length];
+                            System.arraycopy(outPrefix, 0, outValue, 0, outPrefix.length);
+                            System.arraycopy(r.value(), 0, outValue, outPrefix.length, r.value().length);
+                        }
+                        String value = text(outValue);
                         h.event("invoke", "send").put("id", op).put("topic", output).put("value", value)
                             .put("key", text(r.key())).put("producer", sid).put("txn", txn)
                             .put("partition", null).emit();
-                        ProducerRecord<byte[], byte[]> out = new ProducerRecord<>(output, null, r.key(), r.value());
+                        ProducerRecord<byte[], byte[]> out = new ProducerRecord<>(output, null, r.key(), outValue);
                         out.headers().add("txn", txnBytes);
                         producer.send(out, (md, ex) -> {
                             if (ex == null) {
