@@ -7,6 +7,9 @@
   transaction (its records sit above the LSO); after the kill and a restart the transaction
   completes (CompleteCommit) and they see all of it, in every partition.
 - The same with PREPARE_ABORT: none of it, ever, and read_uncommitted sees the records.
+- Killed with the COMMIT marker written to one partition of the two: until the restart
+  read_committed consumers see that partition's part (as with Kafka, a transaction becomes
+  visible partition by partition while its markers are written); after it, all of it.
 - Killed after COMPLETE_COMMIT: after the restart the transaction is still complete and
   read_committed consumers see all of it.
 """
@@ -33,14 +36,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class PausedBrokerProcess(BrokerProcess):
-    """BrokerProcess running tests/integration/paused_broker.py with `pause_file`."""
+    """BrokerProcess running tests/integration/paused_broker.py in `mode`."""
 
-    def __init__(self, data_dir: Path, pause_file: Path) -> None:
+    def __init__(self, data_dir: Path, pause_file: Path, mode: str = "prepare") -> None:
         super().__init__(data_dir, OVERRIDES)
         self.pause_file = pause_file
+        self.mode = mode
 
     def start(self, timeout: float = 30) -> PausedBrokerProcess:
-        args = [sys.executable, "-m", "tests.integration.paused_broker", str(self.pause_file),
+        args = [sys.executable, "-m", "tests.integration.paused_broker", self.mode,
+                str(self.pause_file),
                 "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--data-dir", str(self.data_dir)]
         for k, v in self.overrides.items():
@@ -152,6 +157,26 @@ def test_sigkill_between_prepare_and_complete(tmp_path, commit):
         assert consume(broker.bootstrap, "crash-mid", "read_committed") == (
             values if commit else [])
         assert consume(broker.bootstrap, "crash-mid", "read_uncommitted") == values
+    finally:
+        broker.stop()
+
+
+def test_sigkill_with_markers_half_written(tmp_path):
+    data, pause_file = tmp_path / "data", tmp_path / "paused"
+    broker = PausedBrokerProcess(data, pause_file, "first-marker").start()
+    try:
+        values = produce_transaction(broker.bootstrap, "crash-half", "crash-half", True)
+        wait_for(pause_file.exists)
+        assert txn_state(broker.bootstrap, "crash-half") == "PrepareCommit"
+        # partition 0 has its marker, partition 1 not yet (values[i] went to i % 2)
+        partition_0 = sorted(v for i, v in enumerate(values) if i % PARTITIONS == 0)
+        assert consume(broker.bootstrap, "crash-half", "read_committed") == partition_0
+    finally:
+        broker.kill()
+    broker = BrokerProcess(data, OVERRIDES).start()
+    try:
+        wait_for(lambda: txn_state(broker.bootstrap, "crash-half") == "CompleteCommit")
+        assert consume(broker.bootstrap, "crash-half", "read_committed") == values
     finally:
         broker.stop()
 
