@@ -190,8 +190,14 @@ class Emitter:
         nullable = v in f.nullable
         out: list[str] = []
         if f.is_array:
-            fn = "_read_compact_array_len" if flex else "_read_array_len"
-            out.append(f"{ind}_n, pos = {fn}({buf}, pos, {nullable})")
+            if flex:  # fast path: a one-byte count (< 127 elements, not null)
+                out.append(f"{ind}_n = {buf}[pos] - 1")
+                out.append(f"{ind}if 0 <= _n < 0x7f:")
+                out.append(f"{ind}    pos += 1")
+                out.append(f"{ind}else:")
+                out.append(f"{ind}    _n, pos = _read_compact_array_len({buf}, pos, {nullable})")
+            else:
+                out.append(f"{ind}_n, pos = _read_array_len({buf}, pos, {nullable})")
             out.append(f"{ind}if _n < 0:")
             out.append(f"{ind}    {target} = None")
             out.append(f"{ind}else:")
@@ -289,8 +295,11 @@ class Emitter:
                     kw = "elif"
                 lines.append("        else:")
                 lines.append("            pos = _end")
-            else:
-                lines.append("    pos = _skip_tagged_fields(buf, pos)")
+            else:  # almost always an empty tagged-field section: one zero byte
+                lines.append("    if buf[pos] == 0:")
+                lines.append("        pos += 1")
+                lines.append("    else:")
+                lines.append("        pos = _skip_tagged_fields(buf, pos)")
         args = []
         for f in st.fields:
             if v in f.versions:

@@ -72,7 +72,10 @@ def _d_AddOffsetsToTxnRequest_v3(buf, pos):
     (v_producer_id, v_producer_epoch,) = _S_qh.unpack_from(buf, pos)
     pos += 10
     v_group_id, pos = _read_compact_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddOffsetsToTxnRequest(v_transactional_id, v_producer_id, v_producer_epoch, v_group_id), pos
 def _e_AddOffsetsToTxnRequest_v3(o, out):
     _write_compact_string(out, o.transactional_id)

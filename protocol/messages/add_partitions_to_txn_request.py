@@ -115,13 +115,20 @@ def _e_AddPartitionsToTxnTopic_v0(o, out):
 
 def _d_AddPartitionsToTxnTopic_v3(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
         v_partitions = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnTopic(v_name, v_partitions), pos
 def _e_AddPartitionsToTxnTopic_v3(o, out):
     _write_compact_string(out, o.name)
@@ -139,7 +146,10 @@ def _e_AddPartitionsToTxnTransaction_v0(o, out):
     pass
 
 def _d_AddPartitionsToTxnTransaction_v3(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnTransaction('', 0, 0, False, []), pos
 def _e_AddPartitionsToTxnTransaction_v3(o, out):
     out.append(0)
@@ -148,7 +158,11 @@ def _d_AddPartitionsToTxnTransaction_v4(buf, pos):
     v_transactional_id, pos = _read_compact_string(buf, pos)
     (v_producer_id, v_producer_epoch, v_verify_only,) = _S_qho.unpack_from(buf, pos)
     pos += 11
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -156,7 +170,10 @@ def _d_AddPartitionsToTxnTransaction_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AddPartitionsToTxnTopic_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnTransaction(v_transactional_id, v_producer_id, v_producer_epoch, v_verify_only, v_topics), pos
 def _e_AddPartitionsToTxnTransaction_v4(o, out):
     _write_compact_string(out, o.transactional_id)
@@ -196,7 +213,11 @@ def _d_AddPartitionsToTxnRequest_v3(buf, pos):
     v_v3_and_below_transactional_id, pos = _read_compact_string(buf, pos)
     (v_v3_and_below_producer_id, v_v3_and_below_producer_epoch,) = _S_qh.unpack_from(buf, pos)
     pos += 10
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_v3_and_below_topics = None
     else:
@@ -204,7 +225,10 @@ def _d_AddPartitionsToTxnRequest_v3(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AddPartitionsToTxnTopic_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnRequest([], v_v3_and_below_transactional_id, v_v3_and_below_producer_id, v_v3_and_below_producer_epoch, v_v3_and_below_topics), pos
 def _e_AddPartitionsToTxnRequest_v3(o, out):
     _write_compact_string(out, o.v3_and_below_transactional_id)
@@ -218,7 +242,11 @@ def _e_AddPartitionsToTxnRequest_v3(o, out):
     out.append(0)
 
 def _d_AddPartitionsToTxnRequest_v4(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_transactions = None
     else:
@@ -226,7 +254,10 @@ def _d_AddPartitionsToTxnRequest_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AddPartitionsToTxnTransaction_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnRequest(v_transactions, '', 0, 0, []), pos
 def _e_AddPartitionsToTxnRequest_v4(o, out):
     _a = o.transactions

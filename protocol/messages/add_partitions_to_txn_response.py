@@ -118,7 +118,10 @@ def _e_AddPartitionsToTxnPartitionResult_v0(o, out):
 def _d_AddPartitionsToTxnPartitionResult_v3(buf, pos):
     (v_partition_index, v_partition_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnPartitionResult(v_partition_index, v_partition_error_code), pos
 def _e_AddPartitionsToTxnPartitionResult_v3(o, out):
     out += _S_ih.pack(o.partition_index, o.partition_error_code)
@@ -146,7 +149,11 @@ def _e_AddPartitionsToTxnTopicResult_v0(o, out):
 
 def _d_AddPartitionsToTxnTopicResult_v3(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_results_by_partition = None
     else:
@@ -154,7 +161,10 @@ def _d_AddPartitionsToTxnTopicResult_v3(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AddPartitionsToTxnPartitionResult_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnTopicResult(v_name, v_results_by_partition), pos
 def _e_AddPartitionsToTxnTopicResult_v3(o, out):
     _write_compact_string(out, o.name)
@@ -172,14 +182,21 @@ def _e_AddPartitionsToTxnResult_v0(o, out):
     pass
 
 def _d_AddPartitionsToTxnResult_v3(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnResult('', []), pos
 def _e_AddPartitionsToTxnResult_v3(o, out):
     out.append(0)
 
 def _d_AddPartitionsToTxnResult_v4(buf, pos):
     v_transactional_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topic_results = None
     else:
@@ -187,7 +204,10 @@ def _d_AddPartitionsToTxnResult_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AddPartitionsToTxnTopicResult_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnResult(v_transactional_id, v_topic_results), pos
 def _e_AddPartitionsToTxnResult_v4(o, out):
     _write_compact_string(out, o.transactional_id)
@@ -223,7 +243,11 @@ def _e_AddPartitionsToTxnResponse_v0(o, out):
 def _d_AddPartitionsToTxnResponse_v3(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_results_by_topic_v3_and_below = None
     else:
@@ -231,7 +255,10 @@ def _d_AddPartitionsToTxnResponse_v3(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AddPartitionsToTxnTopicResult_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnResponse(v_throttle_time_ms, 0, [], v_results_by_topic_v3_and_below), pos
 def _e_AddPartitionsToTxnResponse_v3(o, out):
     out += _S_i.pack(o.throttle_time_ms)
@@ -246,7 +273,11 @@ def _e_AddPartitionsToTxnResponse_v3(o, out):
 def _d_AddPartitionsToTxnResponse_v4(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_results_by_transaction = None
     else:
@@ -254,7 +285,10 @@ def _d_AddPartitionsToTxnResponse_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AddPartitionsToTxnResult_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AddPartitionsToTxnResponse(v_throttle_time_ms, v_error_code, v_results_by_transaction, []), pos
 def _e_AddPartitionsToTxnResponse_v4(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

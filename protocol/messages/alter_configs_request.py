@@ -101,7 +101,10 @@ def _e_AlterableConfig_v0(o, out):
 def _d_AlterableConfig_v2(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
     v_value, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AlterableConfig(v_name, v_value), pos
 def _e_AlterableConfig_v2(o, out):
     _write_compact_string(out, o.name)
@@ -135,7 +138,11 @@ def _d_AlterConfigsResource_v2(buf, pos):
     (v_resource_type,) = _S_b.unpack_from(buf, pos)
     pos += 1
     v_resource_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_configs = None
     else:
@@ -143,7 +150,10 @@ def _d_AlterConfigsResource_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AlterableConfig_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AlterConfigsResource(v_resource_type, v_resource_name, v_configs), pos
 def _e_AlterConfigsResource_v2(o, out):
     out += _S_b.pack(o.resource_type)
@@ -178,7 +188,11 @@ def _e_AlterConfigsRequest_v0(o, out):
     out += _S_o.pack(o.validate_only)
 
 def _d_AlterConfigsRequest_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_resources = None
     else:
@@ -188,7 +202,10 @@ def _d_AlterConfigsRequest_v2(buf, pos):
             _l.append(_x)
     (v_validate_only,) = _S_o.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AlterConfigsRequest(v_resources, v_validate_only), pos
 def _e_AlterConfigsRequest_v2(o, out):
     _a = o.resources

@@ -61,7 +61,10 @@ def _e_ApiVersionsRequest_v0(o, out):
 def _d_ApiVersionsRequest_v3(buf, pos):
     v_client_software_name, pos = _read_compact_string(buf, pos)
     v_client_software_version, pos = _read_compact_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ApiVersionsRequest(v_client_software_name, v_client_software_version), pos
 def _e_ApiVersionsRequest_v3(o, out):
     _write_compact_string(out, o.client_software_name)

@@ -128,7 +128,10 @@ def _e_ApiVersion_v0(o, out):
 def _d_ApiVersion_v3(buf, pos):
     (v_api_key, v_min_version, v_max_version,) = _S_hhh.unpack_from(buf, pos)
     pos += 6
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ApiVersion(v_api_key, v_min_version, v_max_version), pos
 def _e_ApiVersion_v3(o, out):
     out += _S_hhh.pack(o.api_key, o.min_version, o.max_version)
@@ -143,7 +146,10 @@ def _d_SupportedFeatureKey_v3(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
     (v_min_version, v_max_version,) = _S_hh.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return SupportedFeatureKey(v_name, v_min_version, v_max_version), pos
 def _e_SupportedFeatureKey_v3(o, out):
     _write_compact_string(out, o.name)
@@ -159,7 +165,10 @@ def _d_FinalizedFeatureKey_v3(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
     (v_max_version_level, v_min_version_level,) = _S_hh.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FinalizedFeatureKey(v_name, v_max_version_level, v_min_version_level), pos
 def _e_FinalizedFeatureKey_v3(o, out):
     _write_compact_string(out, o.name)
@@ -214,7 +223,11 @@ def _e_ApiVersionsResponse_v1(o, out):
 def _d_ApiVersionsResponse_v3(buf, pos):
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_api_keys = None
     else:
@@ -233,7 +246,11 @@ def _d_ApiVersionsResponse_v3(buf, pos):
         _tag, _end, pos = _read_tagged_header(buf, pos)
         if _tag == 0:
             _b = buf[:_end]
-            _n, pos = _read_compact_array_len(_b, pos, False)
+            _n = _b[pos] - 1
+            if 0 <= _n < 0x7f:
+                pos += 1
+            else:
+                _n, pos = _read_compact_array_len(_b, pos, False)
             if _n < 0:
                 v_supported_features = None
             else:
@@ -249,7 +266,11 @@ def _d_ApiVersionsResponse_v3(buf, pos):
             _check_end(pos, _end)
         elif _tag == 2:
             _b = buf[:_end]
-            _n, pos = _read_compact_array_len(_b, pos, False)
+            _n = _b[pos] - 1
+            if 0 <= _n < 0x7f:
+                pos += 1
+            else:
+                _n, pos = _read_compact_array_len(_b, pos, False)
             if _n < 0:
                 v_finalized_features = None
             else:

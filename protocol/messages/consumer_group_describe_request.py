@@ -55,7 +55,11 @@ class ConsumerGroupDescribeRequest:
         return f'ConsumerGroupDescribeRequest(group_ids={self.group_ids!r}, include_authorized_operations={self.include_authorized_operations!r})'
 
 def _d_ConsumerGroupDescribeRequest_v0(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_group_ids = None
     else:
@@ -65,7 +69,10 @@ def _d_ConsumerGroupDescribeRequest_v0(buf, pos):
             _l.append(_x)
     (v_include_authorized_operations,) = _S_o.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ConsumerGroupDescribeRequest(v_group_ids, v_include_authorized_operations), pos
 def _e_ConsumerGroupDescribeRequest_v0(o, out):
     _a = o.group_ids

@@ -145,13 +145,20 @@ def _d_TopicPartitions_v0(buf, pos):
     v_topic_id = _UUID(bytes=v_topic_id)
     pos += 16
     v_topic_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
         v_partitions = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TopicPartitions(v_topic_id, v_topic_name, v_partitions), pos
 def _e_TopicPartitions_v0(o, out):
     out += _S_u.pack(o.topic_id.bytes)
@@ -165,7 +172,11 @@ def _e_TopicPartitions_v0(o, out):
     out.append(0)
 
 def _d_Assignment_v0(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topic_partitions = None
     else:
@@ -173,7 +184,10 @@ def _d_Assignment_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TopicPartitions_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return Assignment(v_topic_partitions), pos
 def _e_Assignment_v0(o, out):
     _a = o.topic_partitions
@@ -192,7 +206,11 @@ def _d_Member_v0(buf, pos):
     pos += 4
     v_client_id, pos = _read_compact_string(buf, pos)
     v_client_host, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_subscribed_topic_names = None
     else:
@@ -203,7 +221,10 @@ def _d_Member_v0(buf, pos):
     v_subscribed_topic_regex, pos = _read_compact_nullable_string(buf, pos)
     v_assignment, pos = _d_Assignment_v0(buf, pos)
     v_target_assignment, pos = _d_Assignment_v0(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return Member(v_member_id, v_instance_id, v_rack_id, v_member_epoch, v_client_id, v_client_host, v_subscribed_topic_names, v_subscribed_topic_regex, v_assignment, v_target_assignment), pos
 def _e_Member_v0(o, out):
     _write_compact_string(out, o.member_id)
@@ -232,7 +253,11 @@ def _d_DescribedGroup_v0(buf, pos):
     (v_group_epoch, v_assignment_epoch,) = _S_ii.unpack_from(buf, pos)
     pos += 8
     v_assignor_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_members = None
     else:
@@ -242,7 +267,10 @@ def _d_DescribedGroup_v0(buf, pos):
             _l.append(_x)
     (v_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribedGroup(v_error_code, v_error_message, v_group_id, v_group_state, v_group_epoch, v_assignment_epoch, v_assignor_name, v_members, v_authorized_operations), pos
 def _e_DescribedGroup_v0(o, out):
     out += _S_h.pack(o.error_code)
@@ -263,7 +291,11 @@ def _e_DescribedGroup_v0(o, out):
 def _d_ConsumerGroupDescribeResponse_v0(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups = None
     else:
@@ -271,7 +303,10 @@ def _d_ConsumerGroupDescribeResponse_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribedGroup_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ConsumerGroupDescribeResponse(v_throttle_time_ms, v_groups), pos
 def _e_ConsumerGroupDescribeResponse_v0(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -83,13 +83,20 @@ def _d_TopicPartitions_v0(buf, pos):
     (v_topic_id,) = _S_u.unpack_from(buf, pos)
     v_topic_id = _UUID(bytes=v_topic_id)
     pos += 16
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
         v_partitions = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TopicPartitions(v_topic_id, v_partitions), pos
 def _e_TopicPartitions_v0(o, out):
     out += _S_u.pack(o.topic_id.bytes)
@@ -110,7 +117,11 @@ def _d_ConsumerGroupHeartbeatRequest_v0(buf, pos):
     v_rack_id, pos = _read_compact_nullable_string(buf, pos)
     (v_rebalance_timeout_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_subscribed_topic_names = None
     else:
@@ -119,7 +130,11 @@ def _d_ConsumerGroupHeartbeatRequest_v0(buf, pos):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
     v_server_assignor, pos = _read_compact_nullable_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_topic_partitions = None
     else:
@@ -127,7 +142,10 @@ def _d_ConsumerGroupHeartbeatRequest_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TopicPartitions_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ConsumerGroupHeartbeatRequest(v_group_id, v_member_id, v_member_epoch, v_instance_id, v_rack_id, v_rebalance_timeout_ms, v_subscribed_topic_names, v_server_assignor, v_topic_partitions), pos
 def _e_ConsumerGroupHeartbeatRequest_v0(o, out):
     _write_compact_string(out, o.group_id)

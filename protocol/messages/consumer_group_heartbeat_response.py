@@ -98,13 +98,20 @@ def _d_TopicPartitions_v0(buf, pos):
     (v_topic_id,) = _S_u.unpack_from(buf, pos)
     v_topic_id = _UUID(bytes=v_topic_id)
     pos += 16
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
         v_partitions = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TopicPartitions(v_topic_id, v_partitions), pos
 def _e_TopicPartitions_v0(o, out):
     out += _S_u.pack(o.topic_id.bytes)
@@ -117,7 +124,11 @@ def _e_TopicPartitions_v0(o, out):
     out.append(0)
 
 def _d_Assignment_v0(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topic_partitions = None
     else:
@@ -125,7 +136,10 @@ def _d_Assignment_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TopicPartitions_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return Assignment(v_topic_partitions), pos
 def _e_Assignment_v0(o, out):
     _a = o.topic_partitions
@@ -148,7 +162,10 @@ def _d_ConsumerGroupHeartbeatResponse_v0(buf, pos):
     else:
         pos += 1
         v_assignment, pos = _d_Assignment_v0(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ConsumerGroupHeartbeatResponse(v_throttle_time_ms, v_error_code, v_error_message, v_member_id, v_member_epoch, v_heartbeat_interval_ms, v_assignment), pos
 def _e_ConsumerGroupHeartbeatResponse_v0(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

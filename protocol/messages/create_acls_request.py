@@ -105,7 +105,10 @@ def _d_AclCreation_v2(buf, pos):
     v_host, pos = _read_compact_string(buf, pos)
     (v_operation, v_permission_type,) = _S_bb.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AclCreation(v_resource_type, v_resource_name, v_resource_pattern_type, v_principal, v_host, v_operation, v_permission_type), pos
 def _e_AclCreation_v2(o, out):
     out += _S_b.pack(o.resource_type)
@@ -135,7 +138,11 @@ def _e_CreateAclsRequest_v1(o, out):
         for _x in _a: _e_AclCreation_v1(_x, out)
 
 def _d_CreateAclsRequest_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_creations = None
     else:
@@ -143,7 +150,10 @@ def _d_CreateAclsRequest_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AclCreation_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreateAclsRequest(v_creations), pos
 def _e_CreateAclsRequest_v2(o, out):
     _a = o.creations

@@ -107,13 +107,20 @@ def _e_CreatePartitionsAssignment_v0(o, out):
         out += _pack(f'>{len(_a)}i', *_a)
 
 def _d_CreatePartitionsAssignment_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_broker_ids = None
     else:
         v_broker_ids = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreatePartitionsAssignment(v_broker_ids), pos
 def _e_CreatePartitionsAssignment_v2(o, out):
     _a = o.broker_ids
@@ -151,7 +158,11 @@ def _d_CreatePartitionsTopic_v2(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
     (v_count,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_assignments = None
     else:
@@ -159,7 +170,10 @@ def _d_CreatePartitionsTopic_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_CreatePartitionsAssignment_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreatePartitionsTopic(v_name, v_count, v_assignments), pos
 def _e_CreatePartitionsTopic_v2(o, out):
     _write_compact_string(out, o.name)
@@ -194,7 +208,11 @@ def _e_CreatePartitionsRequest_v0(o, out):
     out += _S_io.pack(o.timeout_ms, o.validate_only)
 
 def _d_CreatePartitionsRequest_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -204,7 +222,10 @@ def _d_CreatePartitionsRequest_v2(buf, pos):
             _l.append(_x)
     (v_timeout_ms, v_validate_only,) = _S_io.unpack_from(buf, pos)
     pos += 5
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreatePartitionsRequest(v_topics, v_timeout_ms, v_validate_only), pos
 def _e_CreatePartitionsRequest_v2(o, out):
     _a = o.topics

@@ -89,7 +89,10 @@ def _d_CreatePartitionsTopicResult_v2(buf, pos):
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreatePartitionsTopicResult(v_name, v_error_code, v_error_message), pos
 def _e_CreatePartitionsTopicResult_v2(o, out):
     _write_compact_string(out, o.name)
@@ -121,7 +124,11 @@ def _e_CreatePartitionsResponse_v0(o, out):
 def _d_CreatePartitionsResponse_v2(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_results = None
     else:
@@ -129,7 +136,10 @@ def _d_CreatePartitionsResponse_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_CreatePartitionsTopicResult_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreatePartitionsResponse(v_throttle_time_ms, v_results), pos
 def _e_CreatePartitionsResponse_v2(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -133,13 +133,20 @@ def _e_CreatableReplicaAssignment_v2(o, out):
 def _d_CreatableReplicaAssignment_v5(buf, pos):
     (v_partition_index,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_broker_ids = None
     else:
         v_broker_ids = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreatableReplicaAssignment(v_partition_index, v_broker_ids), pos
 def _e_CreatableReplicaAssignment_v5(o, out):
     out += _S_i.pack(o.partition_index)
@@ -162,7 +169,10 @@ def _e_CreatableTopicConfig_v2(o, out):
 def _d_CreatableTopicConfig_v5(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
     v_value, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreatableTopicConfig(v_name, v_value), pos
 def _e_CreatableTopicConfig_v5(o, out):
     _write_compact_string(out, o.name)
@@ -210,7 +220,11 @@ def _d_CreatableTopic_v5(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
     (v_num_partitions, v_replication_factor,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_assignments = None
     else:
@@ -218,7 +232,11 @@ def _d_CreatableTopic_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _d_CreatableReplicaAssignment_v5(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_configs = None
     else:
@@ -226,7 +244,10 @@ def _d_CreatableTopic_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _d_CreatableTopicConfig_v5(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreatableTopic(v_name, v_num_partitions, v_replication_factor, v_assignments, v_configs), pos
 def _e_CreatableTopic_v5(o, out):
     _write_compact_string(out, o.name)
@@ -267,7 +288,11 @@ def _e_CreateTopicsRequest_v2(o, out):
     out += _S_io.pack(o.timeout_ms, o.validate_only)
 
 def _d_CreateTopicsRequest_v5(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -277,7 +302,10 @@ def _d_CreateTopicsRequest_v5(buf, pos):
             _l.append(_x)
     (v_timeout_ms, v_validate_only,) = _S_io.unpack_from(buf, pos)
     pos += 5
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreateTopicsRequest(v_topics, v_timeout_ms, v_validate_only), pos
 def _e_CreateTopicsRequest_v5(o, out):
     _a = o.topics

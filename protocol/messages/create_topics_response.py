@@ -111,7 +111,10 @@ def _d_CreatableTopicConfigs_v5(buf, pos):
     v_value, pos = _read_compact_nullable_string(buf, pos)
     (v_read_only, v_config_source, v_is_sensitive,) = _S_obo.unpack_from(buf, pos)
     pos += 3
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreatableTopicConfigs(v_name, v_value, v_read_only, v_config_source, v_is_sensitive), pos
 def _e_CreatableTopicConfigs_v5(o, out):
     _write_compact_string(out, o.name)
@@ -137,7 +140,11 @@ def _d_CreatableTopicResult_v5(buf, pos):
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
     (v_num_partitions, v_replication_factor,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_configs = None
     else:
@@ -183,7 +190,11 @@ def _d_CreatableTopicResult_v7(buf, pos):
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
     (v_num_partitions, v_replication_factor,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_configs = None
     else:
@@ -245,7 +256,11 @@ def _e_CreateTopicsResponse_v2(o, out):
 def _d_CreateTopicsResponse_v5(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -253,7 +268,10 @@ def _d_CreateTopicsResponse_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _d_CreatableTopicResult_v5(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreateTopicsResponse(v_throttle_time_ms, v_topics), pos
 def _e_CreateTopicsResponse_v5(o, out):
     out += _S_i.pack(o.throttle_time_ms)
@@ -268,7 +286,11 @@ def _e_CreateTopicsResponse_v5(o, out):
 def _d_CreateTopicsResponse_v7(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -276,7 +298,10 @@ def _d_CreateTopicsResponse_v7(buf, pos):
         for _ in range(_n):
             _x, pos = _d_CreatableTopicResult_v7(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return CreateTopicsResponse(v_throttle_time_ms, v_topics), pos
 def _e_CreateTopicsResponse_v7(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -105,7 +105,10 @@ def _d_DeleteAclsFilter_v2(buf, pos):
     v_host_filter, pos = _read_compact_nullable_string(buf, pos)
     (v_operation, v_permission_type,) = _S_bb.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteAclsFilter(v_resource_type_filter, v_resource_name_filter, v_pattern_type_filter, v_principal_filter, v_host_filter, v_operation, v_permission_type), pos
 def _e_DeleteAclsFilter_v2(o, out):
     out += _S_b.pack(o.resource_type_filter)
@@ -135,7 +138,11 @@ def _e_DeleteAclsRequest_v1(o, out):
         for _x in _a: _e_DeleteAclsFilter_v1(_x, out)
 
 def _d_DeleteAclsRequest_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_filters = None
     else:
@@ -143,7 +150,10 @@ def _d_DeleteAclsRequest_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeleteAclsFilter_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteAclsRequest(v_filters), pos
 def _e_DeleteAclsRequest_v2(o, out):
     _a = o.filters

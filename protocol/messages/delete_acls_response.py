@@ -136,7 +136,10 @@ def _d_DeleteAclsMatchingAcl_v2(buf, pos):
     v_host, pos = _read_compact_string(buf, pos)
     (v_operation, v_permission_type,) = _S_bb.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteAclsMatchingAcl(v_error_code, v_error_message, v_resource_type, v_resource_name, v_pattern_type, v_principal, v_host, v_operation, v_permission_type), pos
 def _e_DeleteAclsMatchingAcl_v2(o, out):
     out += _S_h.pack(o.error_code)
@@ -176,7 +179,11 @@ def _d_DeleteAclsFilterResult_v2(buf, pos):
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_matching_acls = None
     else:
@@ -184,7 +191,10 @@ def _d_DeleteAclsFilterResult_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeleteAclsMatchingAcl_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteAclsFilterResult(v_error_code, v_error_message, v_matching_acls), pos
 def _e_DeleteAclsFilterResult_v2(o, out):
     out += _S_h.pack(o.error_code)
@@ -221,7 +231,11 @@ def _e_DeleteAclsResponse_v1(o, out):
 def _d_DeleteAclsResponse_v2(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_filter_results = None
     else:
@@ -229,7 +243,10 @@ def _d_DeleteAclsResponse_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeleteAclsFilterResult_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteAclsResponse(v_throttle_time_ms, v_filter_results), pos
 def _e_DeleteAclsResponse_v2(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -71,7 +71,11 @@ def _e_DeleteGroupsRequest_v0(o, out):
         for _x in _a: _write_string(out, _x)
 
 def _d_DeleteGroupsRequest_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups_names = None
     else:
@@ -79,7 +83,10 @@ def _d_DeleteGroupsRequest_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteGroupsRequest(v_groups_names), pos
 def _e_DeleteGroupsRequest_v2(o, out):
     _a = o.groups_names

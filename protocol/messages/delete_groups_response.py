@@ -85,7 +85,10 @@ def _d_DeletableGroupResult_v2(buf, pos):
     v_group_id, pos = _read_compact_string(buf, pos)
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeletableGroupResult(v_group_id, v_error_code), pos
 def _e_DeletableGroupResult_v2(o, out):
     _write_compact_string(out, o.group_id)
@@ -116,7 +119,11 @@ def _e_DeleteGroupsResponse_v0(o, out):
 def _d_DeleteGroupsResponse_v2(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_results = None
     else:
@@ -124,7 +131,10 @@ def _d_DeleteGroupsResponse_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeletableGroupResult_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteGroupsResponse(v_throttle_time_ms, v_results), pos
 def _e_DeleteGroupsResponse_v2(o, out):
     out += _S_i.pack(o.throttle_time_ms)

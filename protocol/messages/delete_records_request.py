@@ -99,7 +99,10 @@ def _e_DeleteRecordsPartition_v0(o, out):
 def _d_DeleteRecordsPartition_v2(buf, pos):
     (v_partition_index, v_offset,) = _S_iq.unpack_from(buf, pos)
     pos += 12
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteRecordsPartition(v_partition_index, v_offset), pos
 def _e_DeleteRecordsPartition_v2(o, out):
     out += _S_iq.pack(o.partition_index, o.offset)
@@ -127,7 +130,11 @@ def _e_DeleteRecordsTopic_v0(o, out):
 
 def _d_DeleteRecordsTopic_v2(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -135,7 +142,10 @@ def _d_DeleteRecordsTopic_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeleteRecordsPartition_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteRecordsTopic(v_name, v_partitions), pos
 def _e_DeleteRecordsTopic_v2(o, out):
     _write_compact_string(out, o.name)
@@ -169,7 +179,11 @@ def _e_DeleteRecordsRequest_v0(o, out):
     out += _S_i.pack(o.timeout_ms)
 
 def _d_DeleteRecordsRequest_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -179,7 +193,10 @@ def _d_DeleteRecordsRequest_v2(buf, pos):
             _l.append(_x)
     (v_timeout_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteRecordsRequest(v_topics, v_timeout_ms), pos
 def _e_DeleteRecordsRequest_v2(o, out):
     _a = o.topics

@@ -100,7 +100,10 @@ def _e_DeleteRecordsPartitionResult_v0(o, out):
 def _d_DeleteRecordsPartitionResult_v2(buf, pos):
     (v_partition_index, v_low_watermark, v_error_code,) = _S_iqh.unpack_from(buf, pos)
     pos += 14
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteRecordsPartitionResult(v_partition_index, v_low_watermark, v_error_code), pos
 def _e_DeleteRecordsPartitionResult_v2(o, out):
     out += _S_iqh.pack(o.partition_index, o.low_watermark, o.error_code)
@@ -128,7 +131,11 @@ def _e_DeleteRecordsTopicResult_v0(o, out):
 
 def _d_DeleteRecordsTopicResult_v2(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -136,7 +143,10 @@ def _d_DeleteRecordsTopicResult_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeleteRecordsPartitionResult_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteRecordsTopicResult(v_name, v_partitions), pos
 def _e_DeleteRecordsTopicResult_v2(o, out):
     _write_compact_string(out, o.name)
@@ -172,7 +182,11 @@ def _e_DeleteRecordsResponse_v0(o, out):
 def _d_DeleteRecordsResponse_v2(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -180,7 +194,10 @@ def _d_DeleteRecordsResponse_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeleteRecordsTopicResult_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteRecordsResponse(v_throttle_time_ms, v_topics), pos
 def _e_DeleteRecordsResponse_v2(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -79,7 +79,10 @@ def _e_DeleteTopicState_v1(o, out):
     pass
 
 def _d_DeleteTopicState_v4(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteTopicState(None, _ZERO_UUID), pos
 def _e_DeleteTopicState_v4(o, out):
     out.append(0)
@@ -89,7 +92,10 @@ def _d_DeleteTopicState_v6(buf, pos):
     (v_topic_id,) = _S_u.unpack_from(buf, pos)
     v_topic_id = _UUID(bytes=v_topic_id)
     pos += 16
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteTopicState(v_name, v_topic_id), pos
 def _e_DeleteTopicState_v6(o, out):
     _write_compact_nullable_string(out, o.name)
@@ -118,7 +124,11 @@ def _e_DeleteTopicsRequest_v1(o, out):
     out += _S_i.pack(o.timeout_ms)
 
 def _d_DeleteTopicsRequest_v4(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topic_names = None
     else:
@@ -128,7 +138,10 @@ def _d_DeleteTopicsRequest_v4(buf, pos):
             _l.append(_x)
     (v_timeout_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteTopicsRequest([], v_topic_names, v_timeout_ms), pos
 def _e_DeleteTopicsRequest_v4(o, out):
     _a = o.topic_names
@@ -141,7 +154,11 @@ def _e_DeleteTopicsRequest_v4(o, out):
     out.append(0)
 
 def _d_DeleteTopicsRequest_v6(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -151,7 +168,10 @@ def _d_DeleteTopicsRequest_v6(buf, pos):
             _l.append(_x)
     (v_timeout_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteTopicsRequest(v_topics, [], v_timeout_ms), pos
 def _e_DeleteTopicsRequest_v6(o, out):
     _a = o.topics

@@ -88,7 +88,10 @@ def _d_DeletableTopicResult_v4(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeletableTopicResult(v_name, _ZERO_UUID, v_error_code, None), pos
 def _e_DeletableTopicResult_v4(o, out):
     _write_compact_string(out, o.name)
@@ -100,7 +103,10 @@ def _d_DeletableTopicResult_v5(buf, pos):
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeletableTopicResult(v_name, _ZERO_UUID, v_error_code, v_error_message), pos
 def _e_DeletableTopicResult_v5(o, out):
     _write_compact_string(out, o.name)
@@ -114,7 +120,10 @@ def _d_DeletableTopicResult_v6(buf, pos):
     pos += 18
     v_topic_id = _UUID(bytes=v_topic_id)
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeletableTopicResult(v_name, v_topic_id, v_error_code, v_error_message), pos
 def _e_DeletableTopicResult_v6(o, out):
     _write_compact_nullable_string(out, o.name)
@@ -146,7 +155,11 @@ def _e_DeleteTopicsResponse_v1(o, out):
 def _d_DeleteTopicsResponse_v4(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_responses = None
     else:
@@ -154,7 +167,10 @@ def _d_DeleteTopicsResponse_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeletableTopicResult_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteTopicsResponse(v_throttle_time_ms, v_responses), pos
 def _e_DeleteTopicsResponse_v4(o, out):
     out += _S_i.pack(o.throttle_time_ms)
@@ -169,7 +185,11 @@ def _e_DeleteTopicsResponse_v4(o, out):
 def _d_DeleteTopicsResponse_v5(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_responses = None
     else:
@@ -177,7 +197,10 @@ def _d_DeleteTopicsResponse_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeletableTopicResult_v5(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteTopicsResponse(v_throttle_time_ms, v_responses), pos
 def _e_DeleteTopicsResponse_v5(o, out):
     out += _S_i.pack(o.throttle_time_ms)
@@ -192,7 +215,11 @@ def _e_DeleteTopicsResponse_v5(o, out):
 def _d_DeleteTopicsResponse_v6(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_responses = None
     else:
@@ -200,7 +227,10 @@ def _d_DeleteTopicsResponse_v6(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DeletableTopicResult_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DeleteTopicsResponse(v_throttle_time_ms, v_responses), pos
 def _e_DeleteTopicsResponse_v6(o, out):
     out += _S_i.pack(o.throttle_time_ms)

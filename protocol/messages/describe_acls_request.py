@@ -89,7 +89,10 @@ def _d_DescribeAclsRequest_v2(buf, pos):
     v_host_filter, pos = _read_compact_nullable_string(buf, pos)
     (v_operation, v_permission_type,) = _S_bb.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeAclsRequest(v_resource_type_filter, v_resource_name_filter, v_pattern_type_filter, v_principal_filter, v_host_filter, v_operation, v_permission_type), pos
 def _e_DescribeAclsRequest_v2(o, out):
     out += _S_b.pack(o.resource_type_filter)

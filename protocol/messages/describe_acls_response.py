@@ -112,7 +112,10 @@ def _d_AclDescription_v2(buf, pos):
     v_host, pos = _read_compact_string(buf, pos)
     (v_operation, v_permission_type,) = _S_bb.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AclDescription(v_principal, v_host, v_operation, v_permission_type), pos
 def _e_AclDescription_v2(o, out):
     _write_compact_string(out, o.principal)
@@ -152,7 +155,11 @@ def _d_DescribeAclsResource_v2(buf, pos):
     v_resource_name, pos = _read_compact_string(buf, pos)
     (v_pattern_type,) = _S_b.unpack_from(buf, pos)
     pos += 1
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_acls = None
     else:
@@ -160,7 +167,10 @@ def _d_DescribeAclsResource_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AclDescription_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeAclsResource(v_resource_type, v_resource_name, v_pattern_type, v_acls), pos
 def _e_DescribeAclsResource_v2(o, out):
     out += _S_b.pack(o.resource_type)
@@ -201,7 +211,11 @@ def _d_DescribeAclsResponse_v2(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_resources = None
     else:
@@ -209,7 +223,10 @@ def _d_DescribeAclsResponse_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribeAclsResource_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeAclsResponse(v_throttle_time_ms, v_error_code, v_error_message, v_resources), pos
 def _e_DescribeAclsResponse_v2(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

@@ -59,7 +59,10 @@ class DescribeClusterRequest:
 def _d_DescribeClusterRequest_v0(buf, pos):
     (v_include_cluster_authorized_operations,) = _S_o.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeClusterRequest(v_include_cluster_authorized_operations, 1, False), pos
 def _e_DescribeClusterRequest_v0(o, out):
     out += _S_o.pack(o.include_cluster_authorized_operations)
@@ -68,7 +71,10 @@ def _e_DescribeClusterRequest_v0(o, out):
 def _d_DescribeClusterRequest_v1(buf, pos):
     (v_include_cluster_authorized_operations, v_endpoint_type,) = _S_ob.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeClusterRequest(v_include_cluster_authorized_operations, v_endpoint_type, False), pos
 def _e_DescribeClusterRequest_v1(o, out):
     out += _S_ob.pack(o.include_cluster_authorized_operations, o.endpoint_type)

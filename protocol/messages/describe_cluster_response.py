@@ -89,7 +89,10 @@ def _d_DescribeClusterBroker_v0(buf, pos):
     (v_port,) = _S_i.unpack_from(buf, pos)
     pos += 4
     v_rack, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeClusterBroker(v_broker_id, v_host, v_port, v_rack, False), pos
 def _e_DescribeClusterBroker_v0(o, out):
     out += _S_i.pack(o.broker_id)
@@ -105,7 +108,11 @@ def _d_DescribeClusterResponse_v0(buf, pos):
     v_cluster_id, pos = _read_compact_string(buf, pos)
     (v_controller_id,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_brokers = None
     else:
@@ -115,7 +122,10 @@ def _d_DescribeClusterResponse_v0(buf, pos):
             _l.append(_x)
     (v_cluster_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeClusterResponse(v_throttle_time_ms, v_error_code, v_error_message, 1, v_cluster_id, v_controller_id, v_brokers, v_cluster_authorized_operations), pos
 def _e_DescribeClusterResponse_v0(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)
@@ -140,7 +150,11 @@ def _d_DescribeClusterResponse_v1(buf, pos):
     v_cluster_id, pos = _read_compact_string(buf, pos)
     (v_controller_id,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_brokers = None
     else:
@@ -150,7 +164,10 @@ def _d_DescribeClusterResponse_v1(buf, pos):
             _l.append(_x)
     (v_cluster_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeClusterResponse(v_throttle_time_ms, v_error_code, v_error_message, v_endpoint_type, v_cluster_id, v_controller_id, v_brokers, v_cluster_authorized_operations), pos
 def _e_DescribeClusterResponse_v1(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

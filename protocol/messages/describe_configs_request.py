@@ -102,7 +102,11 @@ def _d_DescribeConfigsResource_v4(buf, pos):
     (v_resource_type,) = _S_b.unpack_from(buf, pos)
     pos += 1
     v_resource_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_configuration_keys = None
     else:
@@ -110,7 +114,10 @@ def _d_DescribeConfigsResource_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeConfigsResource(v_resource_type, v_resource_name, v_configuration_keys), pos
 def _e_DescribeConfigsResource_v4(o, out):
     out += _S_b.pack(o.resource_type)
@@ -166,7 +173,11 @@ def _e_DescribeConfigsRequest_v3(o, out):
     out += _S_oo.pack(o.include_synonyms, o.include_documentation)
 
 def _d_DescribeConfigsRequest_v4(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_resources = None
     else:
@@ -176,7 +187,10 @@ def _d_DescribeConfigsRequest_v4(buf, pos):
             _l.append(_x)
     (v_include_synonyms, v_include_documentation,) = _S_oo.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeConfigsRequest(v_resources, v_include_synonyms, v_include_documentation), pos
 def _e_DescribeConfigsRequest_v4(o, out):
     _a = o.resources

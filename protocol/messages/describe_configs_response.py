@@ -135,7 +135,10 @@ def _d_DescribeConfigsSynonym_v4(buf, pos):
     v_value, pos = _read_compact_nullable_string(buf, pos)
     (v_source,) = _S_b.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeConfigsSynonym(v_name, v_value, v_source), pos
 def _e_DescribeConfigsSynonym_v4(o, out):
     _write_compact_string(out, o.name)
@@ -203,7 +206,11 @@ def _d_DescribeConfigsResourceResult_v4(buf, pos):
     v_value, pos = _read_compact_nullable_string(buf, pos)
     (v_read_only, v_config_source, v_is_sensitive,) = _S_obo.unpack_from(buf, pos)
     pos += 3
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_synonyms = None
     else:
@@ -214,7 +221,10 @@ def _d_DescribeConfigsResourceResult_v4(buf, pos):
     (v_config_type,) = _S_b.unpack_from(buf, pos)
     pos += 1
     v_documentation, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeConfigsResourceResult(v_name, v_value, v_read_only, v_config_source, False, v_is_sensitive, v_synonyms, v_config_type, v_documentation), pos
 def _e_DescribeConfigsResourceResult_v4(o, out):
     _write_compact_string(out, o.name)
@@ -293,7 +303,11 @@ def _d_DescribeConfigsResult_v4(buf, pos):
     (v_resource_type,) = _S_b.unpack_from(buf, pos)
     pos += 1
     v_resource_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_configs = None
     else:
@@ -301,7 +315,10 @@ def _d_DescribeConfigsResult_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribeConfigsResourceResult_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeConfigsResult(v_error_code, v_error_message, v_resource_type, v_resource_name, v_configs), pos
 def _e_DescribeConfigsResult_v4(o, out):
     out += _S_h.pack(o.error_code)
@@ -361,7 +378,11 @@ def _e_DescribeConfigsResponse_v3(o, out):
 def _d_DescribeConfigsResponse_v4(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_results = None
     else:
@@ -369,7 +390,10 @@ def _d_DescribeConfigsResponse_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribeConfigsResult_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeConfigsResponse(v_throttle_time_ms, v_results), pos
 def _e_DescribeConfigsResponse_v4(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -94,7 +94,11 @@ def _e_DescribeGroupsRequest_v3(o, out):
     out += _S_o.pack(o.include_authorized_operations)
 
 def _d_DescribeGroupsRequest_v5(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups = None
     else:
@@ -104,7 +108,10 @@ def _d_DescribeGroupsRequest_v5(buf, pos):
             _l.append(_x)
     (v_include_authorized_operations,) = _S_o.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeGroupsRequest(v_groups, v_include_authorized_operations), pos
 def _e_DescribeGroupsRequest_v5(o, out):
     _a = o.groups

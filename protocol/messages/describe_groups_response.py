@@ -136,7 +136,10 @@ def _d_DescribedGroupMember_v5(buf, pos):
     v_client_host, pos = _read_compact_string(buf, pos)
     v_member_metadata, pos = _read_compact_bytes(buf, pos)
     v_member_assignment, pos = _read_compact_bytes(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribedGroupMember(v_member_id, v_group_instance_id, v_client_id, v_client_host, v_member_metadata, v_member_assignment), pos
 def _e_DescribedGroupMember_v5(o, out):
     _write_compact_string(out, o.member_id)
@@ -247,7 +250,11 @@ def _d_DescribedGroup_v5(buf, pos):
     v_group_state, pos = _read_compact_string(buf, pos)
     v_protocol_type, pos = _read_compact_string(buf, pos)
     v_protocol_data, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_members = None
     else:
@@ -257,7 +264,10 @@ def _d_DescribedGroup_v5(buf, pos):
             _l.append(_x)
     (v_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribedGroup(v_error_code, None, v_group_id, v_group_state, v_protocol_type, v_protocol_data, v_members, v_authorized_operations), pos
 def _e_DescribedGroup_v5(o, out):
     out += _S_h.pack(o.error_code)
@@ -358,7 +368,11 @@ def _e_DescribeGroupsResponse_v4(o, out):
 def _d_DescribeGroupsResponse_v5(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups = None
     else:
@@ -366,7 +380,10 @@ def _d_DescribeGroupsResponse_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribedGroup_v5(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeGroupsResponse(v_throttle_time_ms, v_groups), pos
 def _e_DescribeGroupsResponse_v5(o, out):
     out += _S_i.pack(o.throttle_time_ms)

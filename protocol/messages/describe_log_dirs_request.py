@@ -89,13 +89,20 @@ def _e_DescribableLogDirTopic_v1(o, out):
 
 def _d_DescribableLogDirTopic_v2(buf, pos):
     v_topic, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
         v_partitions = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribableLogDirTopic(v_topic, v_partitions), pos
 def _e_DescribableLogDirTopic_v2(o, out):
     _write_compact_string(out, o.topic)
@@ -126,7 +133,11 @@ def _e_DescribeLogDirsRequest_v1(o, out):
         for _x in _a: _e_DescribableLogDirTopic_v1(_x, out)
 
 def _d_DescribeLogDirsRequest_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_topics = None
     else:
@@ -134,7 +145,10 @@ def _d_DescribeLogDirsRequest_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribableLogDirTopic_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeLogDirsRequest(v_topics), pos
 def _e_DescribeLogDirsRequest_v2(o, out):
     _a = o.topics

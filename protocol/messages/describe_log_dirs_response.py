@@ -126,7 +126,10 @@ def _e_DescribeLogDirsPartition_v1(o, out):
 def _d_DescribeLogDirsPartition_v2(buf, pos):
     (v_partition_index, v_partition_size, v_offset_lag, v_is_future_key,) = _S_iqqo.unpack_from(buf, pos)
     pos += 21
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeLogDirsPartition(v_partition_index, v_partition_size, v_offset_lag, v_is_future_key), pos
 def _e_DescribeLogDirsPartition_v2(o, out):
     out += _S_iqqo.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
@@ -154,7 +157,11 @@ def _e_DescribeLogDirsTopic_v1(o, out):
 
 def _d_DescribeLogDirsTopic_v2(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -162,7 +169,10 @@ def _d_DescribeLogDirsTopic_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribeLogDirsPartition_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeLogDirsTopic(v_name, v_partitions), pos
 def _e_DescribeLogDirsTopic_v2(o, out):
     _write_compact_string(out, o.name)
@@ -201,7 +211,11 @@ def _d_DescribeLogDirsResult_v2(buf, pos):
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
     v_log_dir, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -209,7 +223,10 @@ def _d_DescribeLogDirsResult_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribeLogDirsTopic_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeLogDirsResult(v_error_code, v_log_dir, v_topics, -1, -1, False), pos
 def _e_DescribeLogDirsResult_v2(o, out):
     out += _S_h.pack(o.error_code)
@@ -226,7 +243,11 @@ def _d_DescribeLogDirsResult_v4(buf, pos):
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
     v_log_dir, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -236,7 +257,10 @@ def _d_DescribeLogDirsResult_v4(buf, pos):
             _l.append(_x)
     (v_total_bytes, v_usable_bytes,) = _S_qq.unpack_from(buf, pos)
     pos += 16
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeLogDirsResult(v_error_code, v_log_dir, v_topics, v_total_bytes, v_usable_bytes, False), pos
 def _e_DescribeLogDirsResult_v4(o, out):
     out += _S_h.pack(o.error_code)
@@ -274,7 +298,11 @@ def _e_DescribeLogDirsResponse_v1(o, out):
 def _d_DescribeLogDirsResponse_v2(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_results = None
     else:
@@ -282,7 +310,10 @@ def _d_DescribeLogDirsResponse_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribeLogDirsResult_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeLogDirsResponse(v_throttle_time_ms, 0, v_results), pos
 def _e_DescribeLogDirsResponse_v2(o, out):
     out += _S_i.pack(o.throttle_time_ms)
@@ -297,7 +328,11 @@ def _e_DescribeLogDirsResponse_v2(o, out):
 def _d_DescribeLogDirsResponse_v3(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_results = None
     else:
@@ -305,7 +340,10 @@ def _d_DescribeLogDirsResponse_v3(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribeLogDirsResult_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeLogDirsResponse(v_throttle_time_ms, v_error_code, v_results), pos
 def _e_DescribeLogDirsResponse_v3(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)
@@ -320,7 +358,11 @@ def _e_DescribeLogDirsResponse_v3(o, out):
 def _d_DescribeLogDirsResponse_v4(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_results = None
     else:
@@ -328,7 +370,10 @@ def _d_DescribeLogDirsResponse_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_DescribeLogDirsResult_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeLogDirsResponse(v_throttle_time_ms, v_error_code, v_results), pos
 def _e_DescribeLogDirsResponse_v4(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

@@ -71,13 +71,20 @@ class DescribeProducersRequest:
 
 def _d_TopicRequest_v0(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partition_indexes = None
     else:
         v_partition_indexes = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TopicRequest(v_name, v_partition_indexes), pos
 def _e_TopicRequest_v0(o, out):
     _write_compact_string(out, o.name)
@@ -90,7 +97,11 @@ def _e_TopicRequest_v0(o, out):
     out.append(0)
 
 def _d_DescribeProducersRequest_v0(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -98,7 +109,10 @@ def _d_DescribeProducersRequest_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TopicRequest_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeProducersRequest(v_topics), pos
 def _e_DescribeProducersRequest_v0(o, out):
     _a = o.topics

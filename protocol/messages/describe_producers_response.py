@@ -116,7 +116,10 @@ class DescribeProducersResponse:
 def _d_ProducerState_v0(buf, pos):
     (v_producer_id, v_producer_epoch, v_last_sequence, v_last_timestamp, v_coordinator_epoch, v_current_txn_start_offset,) = _S_qiiqiq.unpack_from(buf, pos)
     pos += 36
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ProducerState(v_producer_id, v_producer_epoch, v_last_sequence, v_last_timestamp, v_coordinator_epoch, v_current_txn_start_offset), pos
 def _e_ProducerState_v0(o, out):
     out += _S_qiiqiq.pack(o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset)
@@ -126,7 +129,11 @@ def _d_PartitionResponse_v0(buf, pos):
     (v_partition_index, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_active_producers = None
     else:
@@ -134,7 +141,10 @@ def _d_PartitionResponse_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_ProducerState_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return PartitionResponse(v_partition_index, v_error_code, v_error_message, v_active_producers), pos
 def _e_PartitionResponse_v0(o, out):
     out += _S_ih.pack(o.partition_index, o.error_code)
@@ -149,7 +159,11 @@ def _e_PartitionResponse_v0(o, out):
 
 def _d_TopicResponse_v0(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -157,7 +171,10 @@ def _d_TopicResponse_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_PartitionResponse_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TopicResponse(v_name, v_partitions), pos
 def _e_TopicResponse_v0(o, out):
     _write_compact_string(out, o.name)
@@ -172,7 +189,11 @@ def _e_TopicResponse_v0(o, out):
 def _d_DescribeProducersResponse_v0(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -180,7 +201,10 @@ def _d_DescribeProducersResponse_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TopicResponse_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeProducersResponse(v_throttle_time_ms, v_topics), pos
 def _e_DescribeProducersResponse_v0(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -53,7 +53,11 @@ class DescribeTransactionsRequest:
         return f'DescribeTransactionsRequest(transactional_ids={self.transactional_ids!r})'
 
 def _d_DescribeTransactionsRequest_v0(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_transactional_ids = None
     else:
@@ -61,7 +65,10 @@ def _d_DescribeTransactionsRequest_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeTransactionsRequest(v_transactional_ids), pos
 def _e_DescribeTransactionsRequest_v0(o, out):
     _a = o.transactional_ids

@@ -98,13 +98,20 @@ class DescribeTransactionsResponse:
 
 def _d_TopicData_v0(buf, pos):
     v_topic, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
         v_partitions = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TopicData(v_topic, v_partitions), pos
 def _e_TopicData_v0(o, out):
     _write_compact_string(out, o.topic)
@@ -123,7 +130,11 @@ def _d_TransactionState_v0(buf, pos):
     v_transaction_state, pos = _read_compact_string(buf, pos)
     (v_transaction_timeout_ms, v_transaction_start_time_ms, v_producer_id, v_producer_epoch,) = _S_iqqh.unpack_from(buf, pos)
     pos += 22
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -131,7 +142,10 @@ def _d_TransactionState_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TopicData_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TransactionState(v_error_code, v_transactional_id, v_transaction_state, v_transaction_timeout_ms, v_transaction_start_time_ms, v_producer_id, v_producer_epoch, v_topics), pos
 def _e_TransactionState_v0(o, out):
     out += _S_h.pack(o.error_code)
@@ -149,7 +163,11 @@ def _e_TransactionState_v0(o, out):
 def _d_DescribeTransactionsResponse_v0(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_transaction_states = None
     else:
@@ -157,7 +175,10 @@ def _d_DescribeTransactionsResponse_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TransactionState_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return DescribeTransactionsResponse(v_throttle_time_ms, v_transaction_states), pos
 def _e_DescribeTransactionsResponse_v0(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -69,7 +69,10 @@ def _d_EndTxnRequest_v3(buf, pos):
     v_transactional_id, pos = _read_compact_string(buf, pos)
     (v_producer_id, v_producer_epoch, v_committed,) = _S_qho.unpack_from(buf, pos)
     pos += 11
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return EndTxnRequest(v_transactional_id, v_producer_id, v_producer_epoch, v_committed), pos
 def _e_EndTxnRequest_v3(o, out):
     _write_compact_string(out, o.transactional_id)

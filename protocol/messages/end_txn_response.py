@@ -67,7 +67,10 @@ def _e_EndTxnResponse_v0(o, out):
 def _d_EndTxnResponse_v3(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return EndTxnResponse(v_throttle_time_ms, v_error_code, -1, -1), pos
 def _e_EndTxnResponse_v3(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)
@@ -76,7 +79,10 @@ def _e_EndTxnResponse_v3(o, out):
 def _d_EndTxnResponse_v5(buf, pos):
     (v_throttle_time_ms, v_error_code, v_producer_id, v_producer_epoch,) = _S_ihqh.unpack_from(buf, pos)
     pos += 16
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return EndTxnResponse(v_throttle_time_ms, v_error_code, v_producer_id, v_producer_epoch), pos
 def _e_EndTxnResponse_v5(o, out):
     out += _S_ihqh.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)

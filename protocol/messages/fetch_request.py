@@ -154,7 +154,10 @@ def _e_ReplicaState_v4(o, out):
     pass
 
 def _d_ReplicaState_v12(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ReplicaState(-1, -1), pos
 def _e_ReplicaState_v12(o, out):
     out.append(0)
@@ -162,7 +165,10 @@ def _e_ReplicaState_v12(o, out):
 def _d_ReplicaState_v15(buf, pos):
     (v_replica_id, v_replica_epoch,) = _S_iq.unpack_from(buf, pos)
     pos += 12
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ReplicaState(v_replica_id, v_replica_epoch), pos
 def _e_ReplicaState_v15(o, out):
     out += _S_iq.pack(o.replica_id, o.replica_epoch)
@@ -192,7 +198,10 @@ def _e_FetchPartition_v9(o, out):
 def _d_FetchPartition_v12(buf, pos):
     (v_partition, v_current_leader_epoch, v_fetch_offset, v_last_fetched_epoch, v_log_start_offset, v_partition_max_bytes,) = _S_iiqiqi.unpack_from(buf, pos)
     pos += 32
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FetchPartition(v_partition, v_current_leader_epoch, v_fetch_offset, v_last_fetched_epoch, v_log_start_offset, v_partition_max_bytes, _ZERO_UUID, 9223372036854775807), pos
 def _e_FetchPartition_v12(o, out):
     out += _S_iiqiqi.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
@@ -285,7 +294,11 @@ def _e_FetchTopic_v9(o, out):
 
 def _d_FetchTopic_v12(buf, pos):
     v_topic, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -293,7 +306,10 @@ def _d_FetchTopic_v12(buf, pos):
         for _ in range(_n):
             _x, pos = _d_FetchPartition_v12(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FetchTopic(v_topic, _ZERO_UUID, v_partitions), pos
 def _e_FetchTopic_v12(o, out):
     _write_compact_string(out, o.topic)
@@ -309,7 +325,11 @@ def _d_FetchTopic_v13(buf, pos):
     (v_topic_id,) = _S_u.unpack_from(buf, pos)
     v_topic_id = _UUID(bytes=v_topic_id)
     pos += 16
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -317,7 +337,10 @@ def _d_FetchTopic_v13(buf, pos):
         for _ in range(_n):
             _x, pos = _d_FetchPartition_v12(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FetchTopic('', v_topic_id, v_partitions), pos
 def _e_FetchTopic_v13(o, out):
     out += _S_u.pack(o.topic_id.bytes)
@@ -333,7 +356,11 @@ def _d_FetchTopic_v17(buf, pos):
     (v_topic_id,) = _S_u.unpack_from(buf, pos)
     v_topic_id = _UUID(bytes=v_topic_id)
     pos += 16
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -341,7 +368,10 @@ def _d_FetchTopic_v17(buf, pos):
         for _ in range(_n):
             _x, pos = _d_FetchPartition_v17(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FetchTopic('', v_topic_id, v_partitions), pos
 def _e_FetchTopic_v17(o, out):
     out += _S_u.pack(o.topic_id.bytes)
@@ -378,13 +408,20 @@ def _e_ForgottenTopic_v7(o, out):
 
 def _d_ForgottenTopic_v12(buf, pos):
     v_topic, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
         v_partitions = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ForgottenTopic(v_topic, _ZERO_UUID, v_partitions), pos
 def _e_ForgottenTopic_v12(o, out):
     _write_compact_string(out, o.topic)
@@ -400,13 +437,20 @@ def _d_ForgottenTopic_v13(buf, pos):
     (v_topic_id,) = _S_u.unpack_from(buf, pos)
     v_topic_id = _UUID(bytes=v_topic_id)
     pos += 16
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
         v_partitions = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ForgottenTopic('', v_topic_id, v_partitions), pos
 def _e_ForgottenTopic_v13(o, out):
     out += _S_u.pack(o.topic_id.bytes)
@@ -570,7 +614,11 @@ def _e_FetchRequest_v11(o, out):
 def _d_FetchRequest_v12(buf, pos):
     (v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch,) = _S_iiiibii.unpack_from(buf, pos)
     pos += 25
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -578,7 +626,11 @@ def _d_FetchRequest_v12(buf, pos):
         for _ in range(_n):
             _x, pos = _d_FetchTopic_v12(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_forgotten_topics_data = None
     else:
@@ -623,7 +675,11 @@ def _e_FetchRequest_v12(o, out):
 def _d_FetchRequest_v13(buf, pos):
     (v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch,) = _S_iiiibii.unpack_from(buf, pos)
     pos += 25
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -631,7 +687,11 @@ def _d_FetchRequest_v13(buf, pos):
         for _ in range(_n):
             _x, pos = _d_FetchTopic_v13(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_forgotten_topics_data = None
     else:
@@ -676,7 +736,11 @@ def _e_FetchRequest_v13(o, out):
 def _d_FetchRequest_v15(buf, pos):
     (v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch,) = _S_iiibii.unpack_from(buf, pos)
     pos += 21
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -684,7 +748,11 @@ def _d_FetchRequest_v15(buf, pos):
         for _ in range(_n):
             _x, pos = _d_FetchTopic_v13(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_forgotten_topics_data = None
     else:
@@ -738,7 +806,11 @@ def _e_FetchRequest_v15(o, out):
 def _d_FetchRequest_v17(buf, pos):
     (v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch,) = _S_iiibii.unpack_from(buf, pos)
     pos += 21
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -746,7 +818,11 @@ def _d_FetchRequest_v17(buf, pos):
         for _ in range(_n):
             _x, pos = _d_FetchTopic_v17(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_forgotten_topics_data = None
     else:

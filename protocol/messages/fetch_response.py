@@ -204,7 +204,10 @@ def _e_EpochEndOffset_v4(o, out):
 def _d_EpochEndOffset_v12(buf, pos):
     (v_epoch, v_end_offset,) = _S_iq.unpack_from(buf, pos)
     pos += 12
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return EpochEndOffset(v_epoch, v_end_offset), pos
 def _e_EpochEndOffset_v12(o, out):
     out += _S_iq.pack(o.epoch, o.end_offset)
@@ -218,7 +221,10 @@ def _e_LeaderIdAndEpoch_v4(o, out):
 def _d_LeaderIdAndEpoch_v12(buf, pos):
     (v_leader_id, v_leader_epoch,) = _S_ii.unpack_from(buf, pos)
     pos += 8
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return LeaderIdAndEpoch(v_leader_id, v_leader_epoch), pos
 def _e_LeaderIdAndEpoch_v12(o, out):
     out += _S_ii.pack(o.leader_id, o.leader_epoch)
@@ -234,7 +240,10 @@ def _e_SnapshotId_v4(o, out):
 def _d_SnapshotId_v12(buf, pos):
     (v_end_offset, v_epoch,) = _S_qi.unpack_from(buf, pos)
     pos += 12
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return SnapshotId(v_end_offset, v_epoch), pos
 def _e_SnapshotId_v12(o, out):
     out += _S_qi.pack(o.end_offset, o.epoch)
@@ -250,7 +259,10 @@ def _e_AbortedTransaction_v4(o, out):
 def _d_AbortedTransaction_v12(buf, pos):
     (v_producer_id, v_first_offset,) = _S_qq.unpack_from(buf, pos)
     pos += 16
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AbortedTransaction(v_producer_id, v_first_offset), pos
 def _e_AbortedTransaction_v12(o, out):
     out += _S_qq.pack(o.producer_id, o.first_offset)
@@ -331,7 +343,11 @@ def _e_PartitionData_v11(o, out):
 def _d_PartitionData_v12(buf, pos):
     (v_partition_index, v_error_code, v_high_watermark, v_last_stable_offset, v_log_start_offset,) = _S_ihqqq.unpack_from(buf, pos)
     pos += 30
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_aborted_transactions = None
     else:
@@ -450,7 +466,11 @@ def _e_FetchableTopicResponse_v11(o, out):
 
 def _d_FetchableTopicResponse_v12(buf, pos):
     v_topic, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -458,7 +478,10 @@ def _d_FetchableTopicResponse_v12(buf, pos):
         for _ in range(_n):
             _x, pos = _d_PartitionData_v12(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FetchableTopicResponse(v_topic, _ZERO_UUID, v_partitions), pos
 def _e_FetchableTopicResponse_v12(o, out):
     _write_compact_string(out, o.topic)
@@ -474,7 +497,11 @@ def _d_FetchableTopicResponse_v13(buf, pos):
     (v_topic_id,) = _S_u.unpack_from(buf, pos)
     v_topic_id = _UUID(bytes=v_topic_id)
     pos += 16
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -482,7 +509,10 @@ def _d_FetchableTopicResponse_v13(buf, pos):
         for _ in range(_n):
             _x, pos = _d_PartitionData_v12(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FetchableTopicResponse('', v_topic_id, v_partitions), pos
 def _e_FetchableTopicResponse_v13(o, out):
     out += _S_u.pack(o.topic_id.bytes)
@@ -500,7 +530,10 @@ def _e_NodeEndpoint_v4(o, out):
     pass
 
 def _d_NodeEndpoint_v12(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return NodeEndpoint(0, '', 0, None), pos
 def _e_NodeEndpoint_v12(o, out):
     out.append(0)
@@ -512,7 +545,10 @@ def _d_NodeEndpoint_v16(buf, pos):
     (v_port,) = _S_i.unpack_from(buf, pos)
     pos += 4
     v_rack, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return NodeEndpoint(v_node_id, v_host, v_port, v_rack), pos
 def _e_NodeEndpoint_v16(o, out):
     out += _S_i.pack(o.node_id)
@@ -608,7 +644,11 @@ def _e_FetchResponse_v11(o, out):
 def _d_FetchResponse_v12(buf, pos):
     (v_throttle_time_ms, v_error_code, v_session_id,) = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_responses = None
     else:
@@ -616,7 +656,10 @@ def _d_FetchResponse_v12(buf, pos):
         for _ in range(_n):
             _x, pos = _d_FetchableTopicResponse_v12(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FetchResponse(v_throttle_time_ms, v_error_code, v_session_id, v_responses, []), pos
 def _e_FetchResponse_v12(o, out):
     out += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id)
@@ -631,7 +674,11 @@ def _e_FetchResponse_v12(o, out):
 def _d_FetchResponse_v13(buf, pos):
     (v_throttle_time_ms, v_error_code, v_session_id,) = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_responses = None
     else:
@@ -639,7 +686,10 @@ def _d_FetchResponse_v13(buf, pos):
         for _ in range(_n):
             _x, pos = _d_FetchableTopicResponse_v13(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FetchResponse(v_throttle_time_ms, v_error_code, v_session_id, v_responses, []), pos
 def _e_FetchResponse_v13(o, out):
     out += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id)
@@ -654,7 +704,11 @@ def _e_FetchResponse_v13(o, out):
 def _d_FetchResponse_v16(buf, pos):
     (v_throttle_time_ms, v_error_code, v_session_id,) = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_responses = None
     else:
@@ -668,7 +722,11 @@ def _d_FetchResponse_v16(buf, pos):
         _tag, _end, pos = _read_tagged_header(buf, pos)
         if _tag == 0:
             _b = buf[:_end]
-            _n, pos = _read_compact_array_len(_b, pos, False)
+            _n = _b[pos] - 1
+            if 0 <= _n < 0x7f:
+                pos += 1
+            else:
+                _n, pos = _read_compact_array_len(_b, pos, False)
             if _n < 0:
                 v_node_endpoints = None
             else:

@@ -74,7 +74,10 @@ def _d_FindCoordinatorRequest_v3(buf, pos):
     v_key, pos = _read_compact_string(buf, pos)
     (v_key_type,) = _S_b.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FindCoordinatorRequest(v_key, v_key_type, []), pos
 def _e_FindCoordinatorRequest_v3(o, out):
     _write_compact_string(out, o.key)
@@ -84,7 +87,11 @@ def _e_FindCoordinatorRequest_v3(o, out):
 def _d_FindCoordinatorRequest_v4(buf, pos):
     (v_key_type,) = _S_b.unpack_from(buf, pos)
     pos += 1
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_coordinator_keys = None
     else:
@@ -92,7 +99,10 @@ def _d_FindCoordinatorRequest_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FindCoordinatorRequest('', v_key_type, v_coordinator_keys), pos
 def _e_FindCoordinatorRequest_v4(o, out):
     out += _S_b.pack(o.key_type)

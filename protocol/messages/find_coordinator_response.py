@@ -88,7 +88,10 @@ def _e_Coordinator_v0(o, out):
     pass
 
 def _d_Coordinator_v3(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return Coordinator('', 0, '', 0, 0, ''), pos
 def _e_Coordinator_v3(o, out):
     out.append(0)
@@ -101,7 +104,10 @@ def _d_Coordinator_v4(buf, pos):
     (v_port, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return Coordinator(v_key, v_node_id, v_host, v_port, v_error_code, v_error_message), pos
 def _e_Coordinator_v4(o, out):
     _write_compact_string(out, o.key)
@@ -149,7 +155,10 @@ def _d_FindCoordinatorResponse_v3(buf, pos):
     v_host, pos = _read_compact_string(buf, pos)
     (v_port,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FindCoordinatorResponse(v_throttle_time_ms, v_error_code, v_error_message, v_node_id, v_host, v_port, []), pos
 def _e_FindCoordinatorResponse_v3(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)
@@ -162,7 +171,11 @@ def _e_FindCoordinatorResponse_v3(o, out):
 def _d_FindCoordinatorResponse_v4(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_coordinators = None
     else:
@@ -170,7 +183,10 @@ def _d_FindCoordinatorResponse_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_Coordinator_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return FindCoordinatorResponse(v_throttle_time_ms, 0, '', 0, '', 0, v_coordinators), pos
 def _e_FindCoordinatorResponse_v4(o, out):
     out += _S_i.pack(o.throttle_time_ms)

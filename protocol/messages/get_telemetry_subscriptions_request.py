@@ -57,7 +57,10 @@ def _d_GetTelemetrySubscriptionsRequest_v0(buf, pos):
     (v_client_instance_id,) = _S_u.unpack_from(buf, pos)
     v_client_instance_id = _UUID(bytes=v_client_instance_id)
     pos += 16
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return GetTelemetrySubscriptionsRequest(v_client_instance_id), pos
 def _e_GetTelemetrySubscriptionsRequest_v0(o, out):
     out += _S_u.pack(o.client_instance_id.bytes)

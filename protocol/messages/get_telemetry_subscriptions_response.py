@@ -66,7 +66,11 @@ def _d_GetTelemetrySubscriptionsResponse_v0(buf, pos):
     (v_throttle_time_ms, v_error_code, v_client_instance_id, v_subscription_id,) = _S_ihui.unpack_from(buf, pos)
     pos += 26
     v_client_instance_id = _UUID(bytes=v_client_instance_id)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_accepted_compression_types = None
     else:
@@ -74,7 +78,11 @@ def _d_GetTelemetrySubscriptionsResponse_v0(buf, pos):
         pos += 1 * _n
     (v_push_interval_ms, v_telemetry_max_bytes, v_delta_temporality,) = _S_iio.unpack_from(buf, pos)
     pos += 9
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_requested_metrics = None
     else:
@@ -82,7 +90,10 @@ def _d_GetTelemetrySubscriptionsResponse_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return GetTelemetrySubscriptionsResponse(v_throttle_time_ms, v_error_code, v_client_instance_id, v_subscription_id, v_accepted_compression_types, v_push_interval_ms, v_telemetry_max_bytes, v_delta_temporality, v_requested_metrics), pos
 def _e_GetTelemetrySubscriptionsResponse_v0(o, out):
     out += _S_ihui.pack(o.throttle_time_ms, o.error_code, o.client_instance_id.bytes, o.subscription_id)

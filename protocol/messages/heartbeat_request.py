@@ -86,7 +86,10 @@ def _d_HeartbeatRequest_v4(buf, pos):
     pos += 4
     v_member_id, pos = _read_compact_string(buf, pos)
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return HeartbeatRequest(v_group_id, v_generation_id, v_member_id, v_group_instance_id), pos
 def _e_HeartbeatRequest_v4(o, out):
     _write_compact_string(out, o.group_id)

@@ -72,7 +72,10 @@ def _e_HeartbeatResponse_v1(o, out):
 def _d_HeartbeatResponse_v4(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return HeartbeatResponse(v_throttle_time_ms, v_error_code), pos
 def _e_HeartbeatResponse_v4(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

@@ -107,7 +107,10 @@ def _d_AlterableConfig_v1(buf, pos):
     (v_config_operation,) = _S_b.unpack_from(buf, pos)
     pos += 1
     v_value, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AlterableConfig(v_name, v_config_operation, v_value), pos
 def _e_AlterableConfig_v1(o, out):
     _write_compact_string(out, o.name)
@@ -142,7 +145,11 @@ def _d_AlterConfigsResource_v1(buf, pos):
     (v_resource_type,) = _S_b.unpack_from(buf, pos)
     pos += 1
     v_resource_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_configs = None
     else:
@@ -150,7 +157,10 @@ def _d_AlterConfigsResource_v1(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AlterableConfig_v1(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AlterConfigsResource(v_resource_type, v_resource_name, v_configs), pos
 def _e_AlterConfigsResource_v1(o, out):
     out += _S_b.pack(o.resource_type)
@@ -185,7 +195,11 @@ def _e_IncrementalAlterConfigsRequest_v0(o, out):
     out += _S_o.pack(o.validate_only)
 
 def _d_IncrementalAlterConfigsRequest_v1(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_resources = None
     else:
@@ -195,7 +209,10 @@ def _d_IncrementalAlterConfigsRequest_v1(buf, pos):
             _l.append(_x)
     (v_validate_only,) = _S_o.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return IncrementalAlterConfigsRequest(v_resources, v_validate_only), pos
 def _e_IncrementalAlterConfigsRequest_v1(o, out):
     _a = o.resources

@@ -96,7 +96,10 @@ def _d_AlterConfigsResourceResponse_v1(buf, pos):
     (v_resource_type,) = _S_b.unpack_from(buf, pos)
     pos += 1
     v_resource_name, pos = _read_compact_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return AlterConfigsResourceResponse(v_error_code, v_error_message, v_resource_type, v_resource_name), pos
 def _e_AlterConfigsResourceResponse_v1(o, out):
     out += _S_h.pack(o.error_code)
@@ -129,7 +132,11 @@ def _e_IncrementalAlterConfigsResponse_v0(o, out):
 def _d_IncrementalAlterConfigsResponse_v1(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_responses = None
     else:
@@ -137,7 +144,10 @@ def _d_IncrementalAlterConfigsResponse_v1(buf, pos):
         for _ in range(_n):
             _x, pos = _d_AlterConfigsResourceResponse_v1(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return IncrementalAlterConfigsResponse(v_throttle_time_ms, v_responses), pos
 def _e_IncrementalAlterConfigsResponse_v1(o, out):
     out += _S_i.pack(o.throttle_time_ms)

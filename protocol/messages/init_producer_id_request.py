@@ -73,7 +73,10 @@ def _d_InitProducerIdRequest_v2(buf, pos):
     v_transactional_id, pos = _read_compact_nullable_string(buf, pos)
     (v_transaction_timeout_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return InitProducerIdRequest(v_transactional_id, v_transaction_timeout_ms, -1, -1, False, False), pos
 def _e_InitProducerIdRequest_v2(o, out):
     _write_compact_nullable_string(out, o.transactional_id)
@@ -84,7 +87,10 @@ def _d_InitProducerIdRequest_v3(buf, pos):
     v_transactional_id, pos = _read_compact_nullable_string(buf, pos)
     (v_transaction_timeout_ms, v_producer_id, v_producer_epoch,) = _S_iqh.unpack_from(buf, pos)
     pos += 14
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return InitProducerIdRequest(v_transactional_id, v_transaction_timeout_ms, v_producer_id, v_producer_epoch, False, False), pos
 def _e_InitProducerIdRequest_v3(o, out):
     _write_compact_nullable_string(out, o.transactional_id)
@@ -95,7 +101,10 @@ def _d_InitProducerIdRequest_v6(buf, pos):
     v_transactional_id, pos = _read_compact_nullable_string(buf, pos)
     (v_transaction_timeout_ms, v_producer_id, v_producer_epoch, v_enable2_pc, v_keep_prepared_txn,) = _S_iqhoo.unpack_from(buf, pos)
     pos += 16
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return InitProducerIdRequest(v_transactional_id, v_transaction_timeout_ms, v_producer_id, v_producer_epoch, v_enable2_pc, v_keep_prepared_txn), pos
 def _e_InitProducerIdRequest_v6(o, out):
     _write_compact_nullable_string(out, o.transactional_id)

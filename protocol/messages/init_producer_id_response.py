@@ -69,7 +69,10 @@ def _e_InitProducerIdResponse_v0(o, out):
 def _d_InitProducerIdResponse_v2(buf, pos):
     (v_throttle_time_ms, v_error_code, v_producer_id, v_producer_epoch,) = _S_ihqh.unpack_from(buf, pos)
     pos += 16
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return InitProducerIdResponse(v_throttle_time_ms, v_error_code, v_producer_id, v_producer_epoch, -1, -1), pos
 def _e_InitProducerIdResponse_v2(o, out):
     out += _S_ihqh.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
@@ -78,7 +81,10 @@ def _e_InitProducerIdResponse_v2(o, out):
 def _d_InitProducerIdResponse_v6(buf, pos):
     (v_throttle_time_ms, v_error_code, v_producer_id, v_producer_epoch, v_ongoing_txn_producer_id, v_ongoing_txn_producer_epoch,) = _S_ihqhqh.unpack_from(buf, pos)
     pos += 26
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return InitProducerIdResponse(v_throttle_time_ms, v_error_code, v_producer_id, v_producer_epoch, v_ongoing_txn_producer_id, v_ongoing_txn_producer_epoch), pos
 def _e_InitProducerIdResponse_v6(o, out):
     out += _S_ihqhqh.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch, o.ongoing_txn_producer_id, o.ongoing_txn_producer_epoch)

@@ -89,7 +89,10 @@ def _e_JoinGroupRequestProtocol_v0(o, out):
 def _d_JoinGroupRequestProtocol_v6(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
     v_metadata, pos = _read_compact_bytes(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return JoinGroupRequestProtocol(v_name, v_metadata), pos
 def _e_JoinGroupRequestProtocol_v6(o, out):
     _write_compact_string(out, o.name)
@@ -186,7 +189,11 @@ def _d_JoinGroupRequest_v6(buf, pos):
     v_member_id, pos = _read_compact_string(buf, pos)
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
     v_protocol_type, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_protocols = None
     else:
@@ -194,7 +201,10 @@ def _d_JoinGroupRequest_v6(buf, pos):
         for _ in range(_n):
             _x, pos = _d_JoinGroupRequestProtocol_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return JoinGroupRequest(v_group_id, v_session_timeout_ms, v_rebalance_timeout_ms, v_member_id, v_group_instance_id, v_protocol_type, v_protocols, None), pos
 def _e_JoinGroupRequest_v6(o, out):
     _write_compact_string(out, o.group_id)
@@ -217,7 +227,11 @@ def _d_JoinGroupRequest_v8(buf, pos):
     v_member_id, pos = _read_compact_string(buf, pos)
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
     v_protocol_type, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_protocols = None
     else:
@@ -226,7 +240,10 @@ def _d_JoinGroupRequest_v8(buf, pos):
             _x, pos = _d_JoinGroupRequestProtocol_v6(buf, pos)
             _l.append(_x)
     v_reason, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return JoinGroupRequest(v_group_id, v_session_timeout_ms, v_rebalance_timeout_ms, v_member_id, v_group_instance_id, v_protocol_type, v_protocols, v_reason), pos
 def _e_JoinGroupRequest_v8(o, out):
     _write_compact_string(out, o.group_id)

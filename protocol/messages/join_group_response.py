@@ -103,7 +103,10 @@ def _d_JoinGroupResponseMember_v6(buf, pos):
     v_member_id, pos = _read_compact_string(buf, pos)
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
     v_metadata, pos = _read_compact_bytes(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return JoinGroupResponseMember(v_member_id, v_group_instance_id, v_metadata), pos
 def _e_JoinGroupResponseMember_v6(o, out):
     _write_compact_string(out, o.member_id)
@@ -198,7 +201,11 @@ def _d_JoinGroupResponse_v6(buf, pos):
     v_protocol_name, pos = _read_compact_string(buf, pos)
     v_leader, pos = _read_compact_string(buf, pos)
     v_member_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_members = None
     else:
@@ -206,7 +213,10 @@ def _d_JoinGroupResponse_v6(buf, pos):
         for _ in range(_n):
             _x, pos = _d_JoinGroupResponseMember_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return JoinGroupResponse(v_throttle_time_ms, v_error_code, v_generation_id, None, v_protocol_name, v_leader, False, v_member_id, v_members), pos
 def _e_JoinGroupResponse_v6(o, out):
     out += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id)
@@ -228,7 +238,11 @@ def _d_JoinGroupResponse_v7(buf, pos):
     v_protocol_name, pos = _read_compact_nullable_string(buf, pos)
     v_leader, pos = _read_compact_string(buf, pos)
     v_member_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_members = None
     else:
@@ -236,7 +250,10 @@ def _d_JoinGroupResponse_v7(buf, pos):
         for _ in range(_n):
             _x, pos = _d_JoinGroupResponseMember_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return JoinGroupResponse(v_throttle_time_ms, v_error_code, v_generation_id, v_protocol_type, v_protocol_name, v_leader, False, v_member_id, v_members), pos
 def _e_JoinGroupResponse_v7(o, out):
     out += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id)
@@ -261,7 +278,11 @@ def _d_JoinGroupResponse_v9(buf, pos):
     (v_skip_assignment,) = _S_o.unpack_from(buf, pos)
     pos += 1
     v_member_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_members = None
     else:
@@ -269,7 +290,10 @@ def _d_JoinGroupResponse_v9(buf, pos):
         for _ in range(_n):
             _x, pos = _d_JoinGroupResponseMember_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return JoinGroupResponse(v_throttle_time_ms, v_error_code, v_generation_id, v_protocol_type, v_protocol_name, v_leader, v_skip_assignment, v_member_id, v_members), pos
 def _e_JoinGroupResponse_v9(o, out):
     out += _S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id)

@@ -88,7 +88,10 @@ def _e_MemberIdentity_v3(o, out):
 def _d_MemberIdentity_v4(buf, pos):
     v_member_id, pos = _read_compact_string(buf, pos)
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MemberIdentity(v_member_id, v_group_instance_id, None), pos
 def _e_MemberIdentity_v4(o, out):
     _write_compact_string(out, o.member_id)
@@ -99,7 +102,10 @@ def _d_MemberIdentity_v5(buf, pos):
     v_member_id, pos = _read_compact_string(buf, pos)
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
     v_reason, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MemberIdentity(v_member_id, v_group_instance_id, v_reason), pos
 def _e_MemberIdentity_v5(o, out):
     _write_compact_string(out, o.member_id)
@@ -137,7 +143,11 @@ def _e_LeaveGroupRequest_v3(o, out):
 
 def _d_LeaveGroupRequest_v4(buf, pos):
     v_group_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_members = None
     else:
@@ -145,7 +155,10 @@ def _d_LeaveGroupRequest_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_MemberIdentity_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return LeaveGroupRequest(v_group_id, '', v_members), pos
 def _e_LeaveGroupRequest_v4(o, out):
     _write_compact_string(out, o.group_id)
@@ -159,7 +172,11 @@ def _e_LeaveGroupRequest_v4(o, out):
 
 def _d_LeaveGroupRequest_v5(buf, pos):
     v_group_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_members = None
     else:
@@ -167,7 +184,10 @@ def _d_LeaveGroupRequest_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _d_MemberIdentity_v5(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return LeaveGroupRequest(v_group_id, '', v_members), pos
 def _e_LeaveGroupRequest_v5(o, out):
     _write_compact_string(out, o.group_id)

@@ -95,7 +95,10 @@ def _d_MemberResponse_v4(buf, pos):
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MemberResponse(v_member_id, v_group_instance_id, v_error_code), pos
 def _e_MemberResponse_v4(o, out):
     _write_compact_string(out, o.member_id)
@@ -141,7 +144,11 @@ def _e_LeaveGroupResponse_v3(o, out):
 def _d_LeaveGroupResponse_v4(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_members = None
     else:
@@ -149,7 +156,10 @@ def _d_LeaveGroupResponse_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_MemberResponse_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return LeaveGroupResponse(v_throttle_time_ms, v_error_code, v_members), pos
 def _e_LeaveGroupResponse_v4(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

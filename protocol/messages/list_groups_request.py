@@ -59,13 +59,20 @@ def _e_ListGroupsRequest_v0(o, out):
     pass
 
 def _d_ListGroupsRequest_v3(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListGroupsRequest([], []), pos
 def _e_ListGroupsRequest_v3(o, out):
     out.append(0)
 
 def _d_ListGroupsRequest_v4(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_states_filter = None
     else:
@@ -73,7 +80,10 @@ def _d_ListGroupsRequest_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListGroupsRequest(v_states_filter, []), pos
 def _e_ListGroupsRequest_v4(o, out):
     _a = o.states_filter
@@ -85,7 +95,11 @@ def _e_ListGroupsRequest_v4(o, out):
     out.append(0)
 
 def _d_ListGroupsRequest_v5(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_states_filter = None
     else:
@@ -93,7 +107,11 @@ def _d_ListGroupsRequest_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_types_filter = None
     else:
@@ -101,7 +119,10 @@ def _d_ListGroupsRequest_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListGroupsRequest(v_states_filter, v_types_filter), pos
 def _e_ListGroupsRequest_v5(o, out):
     _a = o.states_filter

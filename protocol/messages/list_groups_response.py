@@ -86,7 +86,10 @@ def _e_ListedGroup_v0(o, out):
 def _d_ListedGroup_v3(buf, pos):
     v_group_id, pos = _read_compact_string(buf, pos)
     v_protocol_type, pos = _read_compact_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListedGroup(v_group_id, v_protocol_type, '', ''), pos
 def _e_ListedGroup_v3(o, out):
     _write_compact_string(out, o.group_id)
@@ -97,7 +100,10 @@ def _d_ListedGroup_v4(buf, pos):
     v_group_id, pos = _read_compact_string(buf, pos)
     v_protocol_type, pos = _read_compact_string(buf, pos)
     v_group_state, pos = _read_compact_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListedGroup(v_group_id, v_protocol_type, v_group_state, ''), pos
 def _e_ListedGroup_v4(o, out):
     _write_compact_string(out, o.group_id)
@@ -110,7 +116,10 @@ def _d_ListedGroup_v5(buf, pos):
     v_protocol_type, pos = _read_compact_string(buf, pos)
     v_group_state, pos = _read_compact_string(buf, pos)
     v_group_type, pos = _read_compact_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListedGroup(v_group_id, v_protocol_type, v_group_state, v_group_type), pos
 def _e_ListedGroup_v5(o, out):
     _write_compact_string(out, o.group_id)
@@ -164,7 +173,11 @@ def _e_ListGroupsResponse_v1(o, out):
 def _d_ListGroupsResponse_v3(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups = None
     else:
@@ -172,7 +185,10 @@ def _d_ListGroupsResponse_v3(buf, pos):
         for _ in range(_n):
             _x, pos = _d_ListedGroup_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListGroupsResponse(v_throttle_time_ms, v_error_code, v_groups), pos
 def _e_ListGroupsResponse_v3(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)
@@ -187,7 +203,11 @@ def _e_ListGroupsResponse_v3(o, out):
 def _d_ListGroupsResponse_v4(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups = None
     else:
@@ -195,7 +215,10 @@ def _d_ListGroupsResponse_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_ListedGroup_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListGroupsResponse(v_throttle_time_ms, v_error_code, v_groups), pos
 def _e_ListGroupsResponse_v4(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)
@@ -210,7 +233,11 @@ def _e_ListGroupsResponse_v4(o, out):
 def _d_ListGroupsResponse_v5(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups = None
     else:
@@ -218,7 +245,10 @@ def _d_ListGroupsResponse_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _d_ListedGroup_v5(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListGroupsResponse(v_throttle_time_ms, v_error_code, v_groups), pos
 def _e_ListGroupsResponse_v5(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

@@ -112,7 +112,10 @@ def _e_ListOffsetsPartition_v4(o, out):
 def _d_ListOffsetsPartition_v6(buf, pos):
     (v_partition_index, v_current_leader_epoch, v_timestamp,) = _S_iiq.unpack_from(buf, pos)
     pos += 16
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListOffsetsPartition(v_partition_index, v_current_leader_epoch, v_timestamp, 1), pos
 def _e_ListOffsetsPartition_v6(o, out):
     out += _S_iiq.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
@@ -160,7 +163,11 @@ def _e_ListOffsetsTopic_v4(o, out):
 
 def _d_ListOffsetsTopic_v6(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -168,7 +175,10 @@ def _d_ListOffsetsTopic_v6(buf, pos):
         for _ in range(_n):
             _x, pos = _d_ListOffsetsPartition_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListOffsetsTopic(v_name, v_partitions), pos
 def _e_ListOffsetsTopic_v6(o, out):
     _write_compact_string(out, o.name)
@@ -246,7 +256,11 @@ def _e_ListOffsetsRequest_v4(o, out):
 def _d_ListOffsetsRequest_v6(buf, pos):
     (v_replica_id, v_isolation_level,) = _S_ib.unpack_from(buf, pos)
     pos += 5
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -254,7 +268,10 @@ def _d_ListOffsetsRequest_v6(buf, pos):
         for _ in range(_n):
             _x, pos = _d_ListOffsetsTopic_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListOffsetsRequest(v_replica_id, v_isolation_level, v_topics, 0), pos
 def _e_ListOffsetsRequest_v6(o, out):
     out += _S_ib.pack(o.replica_id, o.isolation_level)

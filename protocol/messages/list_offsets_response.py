@@ -111,7 +111,10 @@ def _e_ListOffsetsPartitionResponse_v4(o, out):
 def _d_ListOffsetsPartitionResponse_v6(buf, pos):
     (v_partition_index, v_error_code, v_timestamp, v_offset, v_leader_epoch,) = _S_ihqqi.unpack_from(buf, pos)
     pos += 26
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListOffsetsPartitionResponse(v_partition_index, v_error_code, [], v_timestamp, v_offset, v_leader_epoch), pos
 def _e_ListOffsetsPartitionResponse_v6(o, out):
     out += _S_ihqqi.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
@@ -159,7 +162,11 @@ def _e_ListOffsetsTopicResponse_v4(o, out):
 
 def _d_ListOffsetsTopicResponse_v6(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -167,7 +174,10 @@ def _d_ListOffsetsTopicResponse_v6(buf, pos):
         for _ in range(_n):
             _x, pos = _d_ListOffsetsPartitionResponse_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListOffsetsTopicResponse(v_name, v_partitions), pos
 def _e_ListOffsetsTopicResponse_v6(o, out):
     _write_compact_string(out, o.name)
@@ -242,7 +252,11 @@ def _e_ListOffsetsResponse_v4(o, out):
 def _d_ListOffsetsResponse_v6(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -250,7 +264,10 @@ def _d_ListOffsetsResponse_v6(buf, pos):
         for _ in range(_n):
             _x, pos = _d_ListOffsetsTopicResponse_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListOffsetsResponse(v_throttle_time_ms, v_topics), pos
 def _e_ListOffsetsResponse_v6(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -57,7 +57,11 @@ class ListTransactionsRequest:
         return f'ListTransactionsRequest(state_filters={self.state_filters!r}, producer_id_filters={self.producer_id_filters!r}, duration_filter={self.duration_filter!r}, transactional_id_pattern={self.transactional_id_pattern!r})'
 
 def _d_ListTransactionsRequest_v0(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_state_filters = None
     else:
@@ -65,13 +69,20 @@ def _d_ListTransactionsRequest_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_producer_id_filters = None
     else:
         v_producer_id_filters = list(_unpack_from(f'>{_n}q', buf, pos))
         pos += 8 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListTransactionsRequest(v_state_filters, v_producer_id_filters, -1, None), pos
 def _e_ListTransactionsRequest_v0(o, out):
     _a = o.state_filters
@@ -89,7 +100,11 @@ def _e_ListTransactionsRequest_v0(o, out):
     out.append(0)
 
 def _d_ListTransactionsRequest_v1(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_state_filters = None
     else:
@@ -97,7 +112,11 @@ def _d_ListTransactionsRequest_v1(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_producer_id_filters = None
     else:
@@ -105,7 +124,10 @@ def _d_ListTransactionsRequest_v1(buf, pos):
         pos += 8 * _n
     (v_duration_filter,) = _S_q.unpack_from(buf, pos)
     pos += 8
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListTransactionsRequest(v_state_filters, v_producer_id_filters, v_duration_filter, None), pos
 def _e_ListTransactionsRequest_v1(o, out):
     _a = o.state_filters
@@ -124,7 +146,11 @@ def _e_ListTransactionsRequest_v1(o, out):
     out.append(0)
 
 def _d_ListTransactionsRequest_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_state_filters = None
     else:
@@ -132,7 +158,11 @@ def _d_ListTransactionsRequest_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_producer_id_filters = None
     else:
@@ -141,7 +171,10 @@ def _d_ListTransactionsRequest_v2(buf, pos):
     (v_duration_filter,) = _S_q.unpack_from(buf, pos)
     pos += 8
     v_transactional_id_pattern, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListTransactionsRequest(v_state_filters, v_producer_id_filters, v_duration_filter, v_transactional_id_pattern), pos
 def _e_ListTransactionsRequest_v2(o, out):
     _a = o.state_filters

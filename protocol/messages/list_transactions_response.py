@@ -80,7 +80,10 @@ def _d_TransactionState_v0(buf, pos):
     (v_producer_id,) = _S_q.unpack_from(buf, pos)
     pos += 8
     v_transaction_state, pos = _read_compact_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TransactionState(v_transactional_id, v_producer_id, v_transaction_state), pos
 def _e_TransactionState_v0(o, out):
     _write_compact_string(out, o.transactional_id)
@@ -91,7 +94,11 @@ def _e_TransactionState_v0(o, out):
 def _d_ListTransactionsResponse_v0(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_unknown_state_filters = None
     else:
@@ -99,7 +106,11 @@ def _d_ListTransactionsResponse_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _read_compact_string(buf, pos)
             _l.append(_x)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_transaction_states = None
     else:
@@ -107,7 +118,10 @@ def _d_ListTransactionsResponse_v0(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TransactionState_v0(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ListTransactionsResponse(v_throttle_time_ms, v_error_code, v_unknown_state_filters, v_transaction_states), pos
 def _e_ListTransactionsResponse_v0(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

@@ -84,7 +84,10 @@ def _e_MetadataRequestTopic_v0(o, out):
 
 def _d_MetadataRequestTopic_v9(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataRequestTopic(_ZERO_UUID, v_name), pos
 def _e_MetadataRequestTopic_v9(o, out):
     _write_compact_string(out, o.name)
@@ -95,7 +98,10 @@ def _d_MetadataRequestTopic_v10(buf, pos):
     v_topic_id = _UUID(bytes=v_topic_id)
     pos += 16
     v_name, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataRequestTopic(v_topic_id, v_name), pos
 def _e_MetadataRequestTopic_v10(o, out):
     out += _S_u.pack(o.topic_id.bytes)
@@ -181,7 +187,11 @@ def _e_MetadataRequest_v8(o, out):
     out += _S_ooo.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
 
 def _d_MetadataRequest_v9(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_topics = None
     else:
@@ -191,7 +201,10 @@ def _d_MetadataRequest_v9(buf, pos):
             _l.append(_x)
     (v_allow_auto_topic_creation, v_include_cluster_authorized_operations, v_include_topic_authorized_operations,) = _S_ooo.unpack_from(buf, pos)
     pos += 3
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataRequest(v_topics, v_allow_auto_topic_creation, v_include_cluster_authorized_operations, v_include_topic_authorized_operations), pos
 def _e_MetadataRequest_v9(o, out):
     _a = o.topics
@@ -204,7 +217,11 @@ def _e_MetadataRequest_v9(o, out):
     out.append(0)
 
 def _d_MetadataRequest_v10(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_topics = None
     else:
@@ -214,7 +231,10 @@ def _d_MetadataRequest_v10(buf, pos):
             _l.append(_x)
     (v_allow_auto_topic_creation, v_include_cluster_authorized_operations, v_include_topic_authorized_operations,) = _S_ooo.unpack_from(buf, pos)
     pos += 3
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataRequest(v_topics, v_allow_auto_topic_creation, v_include_cluster_authorized_operations, v_include_topic_authorized_operations), pos
 def _e_MetadataRequest_v10(o, out):
     _a = o.topics
@@ -227,7 +247,11 @@ def _e_MetadataRequest_v10(o, out):
     out.append(0)
 
 def _d_MetadataRequest_v11(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_topics = None
     else:
@@ -237,7 +261,10 @@ def _d_MetadataRequest_v11(buf, pos):
             _l.append(_x)
     (v_allow_auto_topic_creation, v_include_topic_authorized_operations,) = _S_oo.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataRequest(v_topics, v_allow_auto_topic_creation, False, v_include_topic_authorized_operations), pos
 def _e_MetadataRequest_v11(o, out):
     _a = o.topics

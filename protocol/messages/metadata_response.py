@@ -159,7 +159,10 @@ def _d_MetadataResponseBroker_v9(buf, pos):
     (v_port,) = _S_i.unpack_from(buf, pos)
     pos += 4
     v_rack, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataResponseBroker(v_node_id, v_host, v_port, v_rack), pos
 def _e_MetadataResponseBroker_v9(o, out):
     out += _S_i.pack(o.node_id)
@@ -288,25 +291,40 @@ def _e_MetadataResponsePartition_v7(o, out):
 def _d_MetadataResponsePartition_v9(buf, pos):
     (v_error_code, v_partition_index, v_leader_id, v_leader_epoch,) = _S_hiii.unpack_from(buf, pos)
     pos += 14
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_replica_nodes = None
     else:
         v_replica_nodes = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_isr_nodes = None
     else:
         v_isr_nodes = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_offline_replicas = None
     else:
         v_offline_replicas = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataResponsePartition(v_error_code, v_partition_index, v_leader_id, v_leader_epoch, v_replica_nodes, v_isr_nodes, v_offline_replicas), pos
 def _e_MetadataResponsePartition_v9(o, out):
     out += _S_hiii.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
@@ -466,7 +484,11 @@ def _d_MetadataResponseTopic_v9(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
     (v_is_internal,) = _S_o.unpack_from(buf, pos)
     pos += 1
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -476,7 +498,10 @@ def _d_MetadataResponseTopic_v9(buf, pos):
             _l.append(_x)
     (v_topic_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataResponseTopic(v_error_code, v_name, _ZERO_UUID, v_is_internal, v_partitions, v_topic_authorized_operations), pos
 def _e_MetadataResponseTopic_v9(o, out):
     out += _S_h.pack(o.error_code)
@@ -498,7 +523,11 @@ def _d_MetadataResponseTopic_v10(buf, pos):
     (v_topic_id, v_is_internal,) = _S_uo.unpack_from(buf, pos)
     pos += 17
     v_topic_id = _UUID(bytes=v_topic_id)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -508,7 +537,10 @@ def _d_MetadataResponseTopic_v10(buf, pos):
             _l.append(_x)
     (v_topic_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataResponseTopic(v_error_code, v_name, v_topic_id, v_is_internal, v_partitions, v_topic_authorized_operations), pos
 def _e_MetadataResponseTopic_v10(o, out):
     out += _S_h.pack(o.error_code)
@@ -530,7 +562,11 @@ def _d_MetadataResponseTopic_v12(buf, pos):
     (v_topic_id, v_is_internal,) = _S_uo.unpack_from(buf, pos)
     pos += 17
     v_topic_id = _UUID(bytes=v_topic_id)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -540,7 +576,10 @@ def _d_MetadataResponseTopic_v12(buf, pos):
             _l.append(_x)
     (v_topic_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataResponseTopic(v_error_code, v_name, v_topic_id, v_is_internal, v_partitions, v_topic_authorized_operations), pos
 def _e_MetadataResponseTopic_v12(o, out):
     out += _S_h.pack(o.error_code)
@@ -825,7 +864,11 @@ def _e_MetadataResponse_v8(o, out):
 def _d_MetadataResponse_v9(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_brokers = None
     else:
@@ -836,7 +879,11 @@ def _d_MetadataResponse_v9(buf, pos):
     v_cluster_id, pos = _read_compact_nullable_string(buf, pos)
     (v_controller_id,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -846,7 +893,10 @@ def _d_MetadataResponse_v9(buf, pos):
             _l.append(_x)
     (v_cluster_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataResponse(v_throttle_time_ms, v_brokers, v_cluster_id, v_controller_id, v_topics, v_cluster_authorized_operations, 0), pos
 def _e_MetadataResponse_v9(o, out):
     out += _S_i.pack(o.throttle_time_ms)
@@ -870,7 +920,11 @@ def _e_MetadataResponse_v9(o, out):
 def _d_MetadataResponse_v10(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_brokers = None
     else:
@@ -881,7 +935,11 @@ def _d_MetadataResponse_v10(buf, pos):
     v_cluster_id, pos = _read_compact_nullable_string(buf, pos)
     (v_controller_id,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -891,7 +949,10 @@ def _d_MetadataResponse_v10(buf, pos):
             _l.append(_x)
     (v_cluster_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataResponse(v_throttle_time_ms, v_brokers, v_cluster_id, v_controller_id, v_topics, v_cluster_authorized_operations, 0), pos
 def _e_MetadataResponse_v10(o, out):
     out += _S_i.pack(o.throttle_time_ms)
@@ -915,7 +976,11 @@ def _e_MetadataResponse_v10(o, out):
 def _d_MetadataResponse_v11(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_brokers = None
     else:
@@ -926,7 +991,11 @@ def _d_MetadataResponse_v11(buf, pos):
     v_cluster_id, pos = _read_compact_nullable_string(buf, pos)
     (v_controller_id,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -934,7 +1003,10 @@ def _d_MetadataResponse_v11(buf, pos):
         for _ in range(_n):
             _x, pos = _d_MetadataResponseTopic_v10(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataResponse(v_throttle_time_ms, v_brokers, v_cluster_id, v_controller_id, v_topics, -2147483648, 0), pos
 def _e_MetadataResponse_v11(o, out):
     out += _S_i.pack(o.throttle_time_ms)
@@ -957,7 +1029,11 @@ def _e_MetadataResponse_v11(o, out):
 def _d_MetadataResponse_v12(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_brokers = None
     else:
@@ -968,7 +1044,11 @@ def _d_MetadataResponse_v12(buf, pos):
     v_cluster_id, pos = _read_compact_nullable_string(buf, pos)
     (v_controller_id,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -976,7 +1056,10 @@ def _d_MetadataResponse_v12(buf, pos):
         for _ in range(_n):
             _x, pos = _d_MetadataResponseTopic_v12(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return MetadataResponse(v_throttle_time_ms, v_brokers, v_cluster_id, v_controller_id, v_topics, -2147483648, 0), pos
 def _e_MetadataResponse_v12(o, out):
     out += _S_i.pack(o.throttle_time_ms)

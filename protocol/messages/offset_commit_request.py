@@ -121,7 +121,10 @@ def _d_OffsetCommitRequestPartition_v8(buf, pos):
     (v_partition_index, v_committed_offset, v_committed_leader_epoch,) = _S_iqi.unpack_from(buf, pos)
     pos += 16
     v_committed_metadata, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetCommitRequestPartition(v_partition_index, v_committed_offset, v_committed_leader_epoch, -1, v_committed_metadata), pos
 def _e_OffsetCommitRequestPartition_v8(o, out):
     out += _S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
@@ -170,7 +173,11 @@ def _e_OffsetCommitRequestTopic_v6(o, out):
 
 def _d_OffsetCommitRequestTopic_v8(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -178,7 +185,10 @@ def _d_OffsetCommitRequestTopic_v8(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetCommitRequestPartition_v8(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetCommitRequestTopic(v_name, _ZERO_UUID, v_partitions), pos
 def _e_OffsetCommitRequestTopic_v8(o, out):
     _write_compact_string(out, o.name)
@@ -301,7 +311,11 @@ def _d_OffsetCommitRequest_v8(buf, pos):
     pos += 4
     v_member_id, pos = _read_compact_string(buf, pos)
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -309,7 +323,10 @@ def _d_OffsetCommitRequest_v8(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetCommitRequestTopic_v8(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetCommitRequest(v_group_id, v_generation_id_or_member_epoch, v_member_id, v_group_instance_id, -1, v_topics), pos
 def _e_OffsetCommitRequest_v8(o, out):
     _write_compact_string(out, o.group_id)

@@ -100,7 +100,10 @@ def _e_OffsetCommitResponsePartition_v2(o, out):
 def _d_OffsetCommitResponsePartition_v8(buf, pos):
     (v_partition_index, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetCommitResponsePartition(v_partition_index, v_error_code), pos
 def _e_OffsetCommitResponsePartition_v8(o, out):
     out += _S_ih.pack(o.partition_index, o.error_code)
@@ -128,7 +131,11 @@ def _e_OffsetCommitResponseTopic_v2(o, out):
 
 def _d_OffsetCommitResponseTopic_v8(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -136,7 +143,10 @@ def _d_OffsetCommitResponseTopic_v8(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetCommitResponsePartition_v8(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetCommitResponseTopic(v_name, _ZERO_UUID, v_partitions), pos
 def _e_OffsetCommitResponseTopic_v8(o, out):
     _write_compact_string(out, o.name)
@@ -190,7 +200,11 @@ def _e_OffsetCommitResponse_v3(o, out):
 def _d_OffsetCommitResponse_v8(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -198,7 +212,10 @@ def _d_OffsetCommitResponse_v8(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetCommitResponseTopic_v8(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetCommitResponse(v_throttle_time_ms, v_topics), pos
 def _e_OffsetCommitResponse_v8(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -131,13 +131,20 @@ def _e_OffsetFetchRequestTopic_v1(o, out):
 
 def _d_OffsetFetchRequestTopic_v6(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partition_indexes = None
     else:
         v_partition_indexes = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequestTopic(v_name, v_partition_indexes), pos
 def _e_OffsetFetchRequestTopic_v6(o, out):
     _write_compact_string(out, o.name)
@@ -150,7 +157,10 @@ def _e_OffsetFetchRequestTopic_v6(o, out):
     out.append(0)
 
 def _d_OffsetFetchRequestTopic_v8(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequestTopic('', []), pos
 def _e_OffsetFetchRequestTopic_v8(o, out):
     out.append(0)
@@ -161,20 +171,30 @@ def _e_OffsetFetchRequestTopics_v1(o, out):
     pass
 
 def _d_OffsetFetchRequestTopics_v6(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequestTopics('', _ZERO_UUID, []), pos
 def _e_OffsetFetchRequestTopics_v6(o, out):
     out.append(0)
 
 def _d_OffsetFetchRequestTopics_v8(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partition_indexes = None
     else:
         v_partition_indexes = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequestTopics(v_name, _ZERO_UUID, v_partition_indexes), pos
 def _e_OffsetFetchRequestTopics_v8(o, out):
     _write_compact_string(out, o.name)
@@ -192,14 +212,21 @@ def _e_OffsetFetchRequestGroup_v1(o, out):
     pass
 
 def _d_OffsetFetchRequestGroup_v6(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequestGroup('', None, -1, []), pos
 def _e_OffsetFetchRequestGroup_v6(o, out):
     out.append(0)
 
 def _d_OffsetFetchRequestGroup_v8(buf, pos):
     v_group_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_topics = None
     else:
@@ -207,7 +234,10 @@ def _d_OffsetFetchRequestGroup_v8(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetFetchRequestTopics_v8(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequestGroup(v_group_id, None, -1, v_topics), pos
 def _e_OffsetFetchRequestGroup_v8(o, out):
     _write_compact_string(out, o.group_id)
@@ -224,7 +254,11 @@ def _d_OffsetFetchRequestGroup_v9(buf, pos):
     v_member_id, pos = _read_compact_nullable_string(buf, pos)
     (v_member_epoch,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_topics = None
     else:
@@ -232,7 +266,10 @@ def _d_OffsetFetchRequestGroup_v9(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetFetchRequestTopics_v8(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequestGroup(v_group_id, v_member_id, v_member_epoch, v_topics), pos
 def _e_OffsetFetchRequestGroup_v9(o, out):
     _write_compact_string(out, o.group_id)
@@ -288,7 +325,11 @@ def _e_OffsetFetchRequest_v2(o, out):
 
 def _d_OffsetFetchRequest_v6(buf, pos):
     v_group_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_topics = None
     else:
@@ -296,7 +337,10 @@ def _d_OffsetFetchRequest_v6(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetFetchRequestTopic_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequest(v_group_id, v_topics, [], False), pos
 def _e_OffsetFetchRequest_v6(o, out):
     _write_compact_string(out, o.group_id)
@@ -310,7 +354,11 @@ def _e_OffsetFetchRequest_v6(o, out):
 
 def _d_OffsetFetchRequest_v7(buf, pos):
     v_group_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, True)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, True)
     if _n < 0:
         v_topics = None
     else:
@@ -320,7 +368,10 @@ def _d_OffsetFetchRequest_v7(buf, pos):
             _l.append(_x)
     (v_require_stable,) = _S_o.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequest(v_group_id, v_topics, [], v_require_stable), pos
 def _e_OffsetFetchRequest_v7(o, out):
     _write_compact_string(out, o.group_id)
@@ -334,7 +385,11 @@ def _e_OffsetFetchRequest_v7(o, out):
     out.append(0)
 
 def _d_OffsetFetchRequest_v8(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups = None
     else:
@@ -344,7 +399,10 @@ def _d_OffsetFetchRequest_v8(buf, pos):
             _l.append(_x)
     (v_require_stable,) = _S_o.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequest('', [], v_groups, v_require_stable), pos
 def _e_OffsetFetchRequest_v8(o, out):
     _a = o.groups
@@ -357,7 +415,11 @@ def _e_OffsetFetchRequest_v8(o, out):
     out.append(0)
 
 def _d_OffsetFetchRequest_v9(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups = None
     else:
@@ -367,7 +429,10 @@ def _d_OffsetFetchRequest_v9(buf, pos):
             _l.append(_x)
     (v_require_stable,) = _S_o.unpack_from(buf, pos)
     pos += 1
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchRequest('', [], v_groups, v_require_stable), pos
 def _e_OffsetFetchRequest_v9(o, out):
     _a = o.groups

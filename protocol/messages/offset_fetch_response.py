@@ -182,7 +182,10 @@ def _d_OffsetFetchResponsePartition_v6(buf, pos):
     v_metadata, pos = _read_compact_nullable_string(buf, pos)
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponsePartition(v_partition_index, v_committed_offset, v_committed_leader_epoch, v_metadata, v_error_code), pos
 def _e_OffsetFetchResponsePartition_v6(o, out):
     out += _S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
@@ -191,7 +194,10 @@ def _e_OffsetFetchResponsePartition_v6(o, out):
     out.append(0)
 
 def _d_OffsetFetchResponsePartition_v8(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponsePartition(0, 0, -1, '', 0), pos
 def _e_OffsetFetchResponsePartition_v8(o, out):
     out.append(0)
@@ -238,7 +244,11 @@ def _e_OffsetFetchResponseTopic_v5(o, out):
 
 def _d_OffsetFetchResponseTopic_v6(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -246,7 +256,10 @@ def _d_OffsetFetchResponseTopic_v6(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetFetchResponsePartition_v6(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponseTopic(v_name, v_partitions), pos
 def _e_OffsetFetchResponseTopic_v6(o, out):
     _write_compact_string(out, o.name)
@@ -259,7 +272,10 @@ def _e_OffsetFetchResponseTopic_v6(o, out):
     out.append(0)
 
 def _d_OffsetFetchResponseTopic_v8(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponseTopic('', []), pos
 def _e_OffsetFetchResponseTopic_v8(o, out):
     out.append(0)
@@ -270,7 +286,10 @@ def _e_OffsetFetchResponsePartitions_v1(o, out):
     pass
 
 def _d_OffsetFetchResponsePartitions_v6(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponsePartitions(0, 0, -1, '', 0), pos
 def _e_OffsetFetchResponsePartitions_v6(o, out):
     out.append(0)
@@ -281,7 +300,10 @@ def _d_OffsetFetchResponsePartitions_v8(buf, pos):
     v_metadata, pos = _read_compact_nullable_string(buf, pos)
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponsePartitions(v_partition_index, v_committed_offset, v_committed_leader_epoch, v_metadata, v_error_code), pos
 def _e_OffsetFetchResponsePartitions_v8(o, out):
     out += _S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
@@ -295,14 +317,21 @@ def _e_OffsetFetchResponseTopics_v1(o, out):
     pass
 
 def _d_OffsetFetchResponseTopics_v6(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponseTopics('', _ZERO_UUID, []), pos
 def _e_OffsetFetchResponseTopics_v6(o, out):
     out.append(0)
 
 def _d_OffsetFetchResponseTopics_v8(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -310,7 +339,10 @@ def _d_OffsetFetchResponseTopics_v8(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetFetchResponsePartitions_v8(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponseTopics(v_name, _ZERO_UUID, v_partitions), pos
 def _e_OffsetFetchResponseTopics_v8(o, out):
     _write_compact_string(out, o.name)
@@ -328,14 +360,21 @@ def _e_OffsetFetchResponseGroup_v1(o, out):
     pass
 
 def _d_OffsetFetchResponseGroup_v6(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponseGroup('', [], 0), pos
 def _e_OffsetFetchResponseGroup_v6(o, out):
     out.append(0)
 
 def _d_OffsetFetchResponseGroup_v8(buf, pos):
     v_group_id, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -345,7 +384,10 @@ def _d_OffsetFetchResponseGroup_v8(buf, pos):
             _l.append(_x)
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponseGroup(v_group_id, v_topics, v_error_code), pos
 def _e_OffsetFetchResponseGroup_v8(o, out):
     _write_compact_string(out, o.group_id)
@@ -448,7 +490,11 @@ def _e_OffsetFetchResponse_v5(o, out):
 def _d_OffsetFetchResponse_v6(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -458,7 +504,10 @@ def _d_OffsetFetchResponse_v6(buf, pos):
             _l.append(_x)
     (v_error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponse(v_throttle_time_ms, v_topics, v_error_code, []), pos
 def _e_OffsetFetchResponse_v6(o, out):
     out += _S_i.pack(o.throttle_time_ms)
@@ -474,7 +523,11 @@ def _e_OffsetFetchResponse_v6(o, out):
 def _d_OffsetFetchResponse_v8(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_groups = None
     else:
@@ -482,7 +535,10 @@ def _d_OffsetFetchResponse_v8(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetFetchResponseGroup_v8(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetFetchResponse(v_throttle_time_ms, [], 0, v_groups), pos
 def _e_OffsetFetchResponse_v8(o, out):
     out += _S_i.pack(o.throttle_time_ms)

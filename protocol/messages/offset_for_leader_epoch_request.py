@@ -100,7 +100,10 @@ def _e_OffsetForLeaderPartition_v2(o, out):
 def _d_OffsetForLeaderPartition_v4(buf, pos):
     (v_partition, v_current_leader_epoch, v_leader_epoch,) = _S_iii.unpack_from(buf, pos)
     pos += 12
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetForLeaderPartition(v_partition, v_current_leader_epoch, v_leader_epoch), pos
 def _e_OffsetForLeaderPartition_v4(o, out):
     out += _S_iii.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
@@ -128,7 +131,11 @@ def _e_OffsetForLeaderTopic_v2(o, out):
 
 def _d_OffsetForLeaderTopic_v4(buf, pos):
     v_topic, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -136,7 +143,10 @@ def _d_OffsetForLeaderTopic_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetForLeaderPartition_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetForLeaderTopic(v_topic, v_partitions), pos
 def _e_OffsetForLeaderTopic_v4(o, out):
     _write_compact_string(out, o.topic)
@@ -190,7 +200,11 @@ def _e_OffsetForLeaderEpochRequest_v3(o, out):
 def _d_OffsetForLeaderEpochRequest_v4(buf, pos):
     (v_replica_id,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -198,7 +212,10 @@ def _d_OffsetForLeaderEpochRequest_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetForLeaderTopic_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetForLeaderEpochRequest(v_replica_id, v_topics), pos
 def _e_OffsetForLeaderEpochRequest_v4(o, out):
     out += _S_i.pack(o.replica_id)

@@ -101,7 +101,10 @@ def _e_EpochEndOffset_v2(o, out):
 def _d_EpochEndOffset_v4(buf, pos):
     (v_error_code, v_partition, v_leader_epoch, v_end_offset,) = _S_hiiq.unpack_from(buf, pos)
     pos += 18
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return EpochEndOffset(v_error_code, v_partition, v_leader_epoch, v_end_offset), pos
 def _e_EpochEndOffset_v4(o, out):
     out += _S_hiiq.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
@@ -129,7 +132,11 @@ def _e_OffsetForLeaderTopicResult_v2(o, out):
 
 def _d_OffsetForLeaderTopicResult_v4(buf, pos):
     v_topic, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -137,7 +144,10 @@ def _d_OffsetForLeaderTopicResult_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_EpochEndOffset_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetForLeaderTopicResult(v_topic, v_partitions), pos
 def _e_OffsetForLeaderTopicResult_v4(o, out):
     _write_compact_string(out, o.topic)
@@ -173,7 +183,11 @@ def _e_OffsetForLeaderEpochResponse_v2(o, out):
 def _d_OffsetForLeaderEpochResponse_v4(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -181,7 +195,10 @@ def _d_OffsetForLeaderEpochResponse_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_OffsetForLeaderTopicResult_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return OffsetForLeaderEpochResponse(v_throttle_time_ms, v_topics), pos
 def _e_OffsetForLeaderEpochResponse_v4(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -105,7 +105,10 @@ def _d_PartitionProduceData_v9(buf, pos):
     (v_index,) = _S_i.unpack_from(buf, pos)
     pos += 4
     v_records, pos = _read_compact_records(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return PartitionProduceData(v_index, v_records), pos
 def _e_PartitionProduceData_v9(o, out):
     out += _S_i.pack(o.index)
@@ -134,7 +137,11 @@ def _e_TopicProduceData_v3(o, out):
 
 def _d_TopicProduceData_v9(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partition_data = None
     else:
@@ -142,7 +149,10 @@ def _d_TopicProduceData_v9(buf, pos):
         for _ in range(_n):
             _x, pos = _d_PartitionProduceData_v9(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TopicProduceData(v_name, _ZERO_UUID, v_partition_data), pos
 def _e_TopicProduceData_v9(o, out):
     _write_compact_string(out, o.name)
@@ -181,7 +191,11 @@ def _d_ProduceRequest_v9(buf, pos):
     v_transactional_id, pos = _read_compact_nullable_string(buf, pos)
     (v_acks, v_timeout_ms,) = _S_hi.unpack_from(buf, pos)
     pos += 6
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topic_data = None
     else:
@@ -189,7 +203,10 @@ def _d_ProduceRequest_v9(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TopicProduceData_v9(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ProduceRequest(v_transactional_id, v_acks, v_timeout_ms, v_topic_data), pos
 def _e_ProduceRequest_v9(o, out):
     _write_compact_nullable_string(out, o.transactional_id)

@@ -170,7 +170,10 @@ def _d_BatchIndexAndErrorMessage_v9(buf, pos):
     (v_batch_index,) = _S_i.unpack_from(buf, pos)
     pos += 4
     v_batch_index_error_message, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return BatchIndexAndErrorMessage(v_batch_index, v_batch_index_error_message), pos
 def _e_BatchIndexAndErrorMessage_v9(o, out):
     out += _S_i.pack(o.batch_index)
@@ -183,7 +186,10 @@ def _e_LeaderIdAndEpoch_v3(o, out):
     pass
 
 def _d_LeaderIdAndEpoch_v9(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return LeaderIdAndEpoch(-1, -1), pos
 def _e_LeaderIdAndEpoch_v9(o, out):
     out.append(0)
@@ -191,7 +197,10 @@ def _e_LeaderIdAndEpoch_v9(o, out):
 def _d_LeaderIdAndEpoch_v10(buf, pos):
     (v_leader_id, v_leader_epoch,) = _S_ii.unpack_from(buf, pos)
     pos += 8
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return LeaderIdAndEpoch(v_leader_id, v_leader_epoch), pos
 def _e_LeaderIdAndEpoch_v10(o, out):
     out += _S_ii.pack(o.leader_id, o.leader_epoch)
@@ -237,7 +246,11 @@ def _e_PartitionProduceResponse_v8(o, out):
 def _d_PartitionProduceResponse_v9(buf, pos):
     (v_index, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset,) = _S_ihqqq.unpack_from(buf, pos)
     pos += 30
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_record_errors = None
     else:
@@ -246,7 +259,10 @@ def _d_PartitionProduceResponse_v9(buf, pos):
             _x, pos = _d_BatchIndexAndErrorMessage_v9(buf, pos)
             _l.append(_x)
     v_error_message, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return PartitionProduceResponse(v_index, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, v_record_errors, v_error_message, LeaderIdAndEpoch()), pos
 def _e_PartitionProduceResponse_v9(o, out):
     out += _S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
@@ -262,7 +278,11 @@ def _e_PartitionProduceResponse_v9(o, out):
 def _d_PartitionProduceResponse_v10(buf, pos):
     (v_index, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset,) = _S_ihqqq.unpack_from(buf, pos)
     pos += 30
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_record_errors = None
     else:
@@ -360,7 +380,11 @@ def _e_TopicProduceResponse_v8(o, out):
 
 def _d_TopicProduceResponse_v9(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partition_responses = None
     else:
@@ -368,7 +392,10 @@ def _d_TopicProduceResponse_v9(buf, pos):
         for _ in range(_n):
             _x, pos = _d_PartitionProduceResponse_v9(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TopicProduceResponse(v_name, _ZERO_UUID, v_partition_responses), pos
 def _e_TopicProduceResponse_v9(o, out):
     _write_compact_string(out, o.name)
@@ -382,7 +409,11 @@ def _e_TopicProduceResponse_v9(o, out):
 
 def _d_TopicProduceResponse_v10(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partition_responses = None
     else:
@@ -390,7 +421,10 @@ def _d_TopicProduceResponse_v10(buf, pos):
         for _ in range(_n):
             _x, pos = _d_PartitionProduceResponse_v10(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TopicProduceResponse(v_name, _ZERO_UUID, v_partition_responses), pos
 def _e_TopicProduceResponse_v10(o, out):
     _write_compact_string(out, o.name)
@@ -408,7 +442,10 @@ def _e_NodeEndpoint_v3(o, out):
     pass
 
 def _d_NodeEndpoint_v9(buf, pos):
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return NodeEndpoint(0, '', 0, None), pos
 def _e_NodeEndpoint_v9(o, out):
     out.append(0)
@@ -420,7 +457,10 @@ def _d_NodeEndpoint_v10(buf, pos):
     (v_port,) = _S_i.unpack_from(buf, pos)
     pos += 4
     v_rack, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return NodeEndpoint(v_node_id, v_host, v_port, v_rack), pos
 def _e_NodeEndpoint_v10(o, out):
     out += _S_i.pack(o.node_id)
@@ -493,7 +533,11 @@ def _e_ProduceResponse_v8(o, out):
     out += _S_i.pack(o.throttle_time_ms)
 
 def _d_ProduceResponse_v9(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_responses = None
     else:
@@ -503,7 +547,10 @@ def _d_ProduceResponse_v9(buf, pos):
             _l.append(_x)
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return ProduceResponse(v_responses, v_throttle_time_ms, []), pos
 def _e_ProduceResponse_v9(o, out):
     _a = o.responses
@@ -516,7 +563,11 @@ def _e_ProduceResponse_v9(o, out):
     out.append(0)
 
 def _d_ProduceResponse_v10(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_responses = None
     else:
@@ -532,7 +583,11 @@ def _d_ProduceResponse_v10(buf, pos):
         _tag, _end, pos = _read_tagged_header(buf, pos)
         if _tag == 0:
             _b = buf[:_end]
-            _n, pos = _read_compact_array_len(_b, pos, False)
+            _n = _b[pos] - 1
+            if 0 <= _n < 0x7f:
+                pos += 1
+            else:
+                _n, pos = _read_compact_array_len(_b, pos, False)
             if _n < 0:
                 v_node_endpoints = None
             else:

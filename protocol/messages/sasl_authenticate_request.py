@@ -60,7 +60,10 @@ def _e_SaslAuthenticateRequest_v0(o, out):
 
 def _d_SaslAuthenticateRequest_v2(buf, pos):
     v_auth_bytes, pos = _read_compact_bytes(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return SaslAuthenticateRequest(v_auth_bytes), pos
 def _e_SaslAuthenticateRequest_v2(o, out):
     _write_compact_bytes(out, o.auth_bytes)

@@ -89,7 +89,10 @@ def _d_SaslAuthenticateResponse_v2(buf, pos):
     v_auth_bytes, pos = _read_compact_bytes(buf, pos)
     (v_session_lifetime_ms,) = _S_q.unpack_from(buf, pos)
     pos += 8
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return SaslAuthenticateResponse(v_error_code, v_error_message, v_auth_bytes, v_session_lifetime_ms), pos
 def _e_SaslAuthenticateResponse_v2(o, out):
     out += _S_h.pack(o.error_code)

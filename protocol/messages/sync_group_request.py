@@ -87,7 +87,10 @@ def _e_SyncGroupRequestAssignment_v0(o, out):
 def _d_SyncGroupRequestAssignment_v4(buf, pos):
     v_member_id, pos = _read_compact_string(buf, pos)
     v_assignment, pos = _read_compact_bytes(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return SyncGroupRequestAssignment(v_member_id, v_assignment), pos
 def _e_SyncGroupRequestAssignment_v4(o, out):
     _write_compact_string(out, o.member_id)
@@ -152,7 +155,11 @@ def _d_SyncGroupRequest_v4(buf, pos):
     pos += 4
     v_member_id, pos = _read_compact_string(buf, pos)
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_assignments = None
     else:
@@ -160,7 +167,10 @@ def _d_SyncGroupRequest_v4(buf, pos):
         for _ in range(_n):
             _x, pos = _d_SyncGroupRequestAssignment_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return SyncGroupRequest(v_group_id, v_generation_id, v_member_id, v_group_instance_id, None, None, v_assignments), pos
 def _e_SyncGroupRequest_v4(o, out):
     _write_compact_string(out, o.group_id)
@@ -183,7 +193,11 @@ def _d_SyncGroupRequest_v5(buf, pos):
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
     v_protocol_type, pos = _read_compact_nullable_string(buf, pos)
     v_protocol_name, pos = _read_compact_nullable_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_assignments = None
     else:
@@ -191,7 +205,10 @@ def _d_SyncGroupRequest_v5(buf, pos):
         for _ in range(_n):
             _x, pos = _d_SyncGroupRequestAssignment_v4(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return SyncGroupRequest(v_group_id, v_generation_id, v_member_id, v_group_instance_id, v_protocol_type, v_protocol_name, v_assignments), pos
 def _e_SyncGroupRequest_v5(o, out):
     _write_compact_string(out, o.group_id)

@@ -80,7 +80,10 @@ def _d_SyncGroupResponse_v4(buf, pos):
     (v_throttle_time_ms, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
     v_assignment, pos = _read_compact_bytes(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return SyncGroupResponse(v_throttle_time_ms, v_error_code, None, None, v_assignment), pos
 def _e_SyncGroupResponse_v4(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)
@@ -93,7 +96,10 @@ def _d_SyncGroupResponse_v5(buf, pos):
     v_protocol_type, pos = _read_compact_nullable_string(buf, pos)
     v_protocol_name, pos = _read_compact_nullable_string(buf, pos)
     v_assignment, pos = _read_compact_bytes(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return SyncGroupResponse(v_throttle_time_ms, v_error_code, v_protocol_type, v_protocol_name, v_assignment), pos
 def _e_SyncGroupResponse_v5(o, out):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)

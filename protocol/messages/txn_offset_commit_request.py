@@ -121,7 +121,10 @@ def _d_TxnOffsetCommitRequestPartition_v3(buf, pos):
     (v_partition_index, v_committed_offset, v_committed_leader_epoch,) = _S_iqi.unpack_from(buf, pos)
     pos += 16
     v_committed_metadata, pos = _read_compact_nullable_string(buf, pos)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TxnOffsetCommitRequestPartition(v_partition_index, v_committed_offset, v_committed_leader_epoch, v_committed_metadata), pos
 def _e_TxnOffsetCommitRequestPartition_v3(o, out):
     out += _S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
@@ -170,7 +173,11 @@ def _e_TxnOffsetCommitRequestTopic_v2(o, out):
 
 def _d_TxnOffsetCommitRequestTopic_v3(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -178,7 +185,10 @@ def _d_TxnOffsetCommitRequestTopic_v3(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TxnOffsetCommitRequestPartition_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TxnOffsetCommitRequestTopic(v_name, v_partitions), pos
 def _e_TxnOffsetCommitRequestTopic_v3(o, out):
     _write_compact_string(out, o.name)
@@ -247,7 +257,11 @@ def _d_TxnOffsetCommitRequest_v3(buf, pos):
     pos += 14
     v_member_id, pos = _read_compact_string(buf, pos)
     v_group_instance_id, pos = _read_compact_nullable_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -255,7 +269,10 @@ def _d_TxnOffsetCommitRequest_v3(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TxnOffsetCommitRequestTopic_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TxnOffsetCommitRequest(v_transactional_id, v_group_id, v_producer_id, v_producer_epoch, v_generation_id, v_member_id, v_group_instance_id, v_topics), pos
 def _e_TxnOffsetCommitRequest_v3(o, out):
     _write_compact_string(out, o.transactional_id)

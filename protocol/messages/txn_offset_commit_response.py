@@ -99,7 +99,10 @@ def _e_TxnOffsetCommitResponsePartition_v0(o, out):
 def _d_TxnOffsetCommitResponsePartition_v3(buf, pos):
     (v_partition_index, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TxnOffsetCommitResponsePartition(v_partition_index, v_error_code), pos
 def _e_TxnOffsetCommitResponsePartition_v3(o, out):
     out += _S_ih.pack(o.partition_index, o.error_code)
@@ -127,7 +130,11 @@ def _e_TxnOffsetCommitResponseTopic_v0(o, out):
 
 def _d_TxnOffsetCommitResponseTopic_v3(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -135,7 +142,10 @@ def _d_TxnOffsetCommitResponseTopic_v3(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TxnOffsetCommitResponsePartition_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TxnOffsetCommitResponseTopic(v_name, v_partitions), pos
 def _e_TxnOffsetCommitResponseTopic_v3(o, out):
     _write_compact_string(out, o.name)
@@ -171,7 +181,11 @@ def _e_TxnOffsetCommitResponse_v0(o, out):
 def _d_TxnOffsetCommitResponse_v3(buf, pos):
     (v_throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -179,7 +193,10 @@ def _d_TxnOffsetCommitResponse_v3(buf, pos):
         for _ in range(_n):
             _x, pos = _d_TxnOffsetCommitResponseTopic_v3(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return TxnOffsetCommitResponse(v_throttle_time_ms, v_topics), pos
 def _e_TxnOffsetCommitResponse_v3(o, out):
     out += _S_i.pack(o.throttle_time_ms)

@@ -95,13 +95,20 @@ class WriteTxnMarkersRequest:
 
 def _d_WritableTxnMarkerTopic_v1(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partition_indexes = None
     else:
         v_partition_indexes = list(_unpack_from(f'>{_n}i', buf, pos))
         pos += 4 * _n
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return WritableTxnMarkerTopic(v_name, v_partition_indexes), pos
 def _e_WritableTxnMarkerTopic_v1(o, out):
     _write_compact_string(out, o.name)
@@ -116,7 +123,11 @@ def _e_WritableTxnMarkerTopic_v1(o, out):
 def _d_WritableTxnMarker_v1(buf, pos):
     (v_producer_id, v_producer_epoch, v_transaction_result,) = _S_qho.unpack_from(buf, pos)
     pos += 11
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -126,7 +137,10 @@ def _d_WritableTxnMarker_v1(buf, pos):
             _l.append(_x)
     (v_coordinator_epoch,) = _S_i.unpack_from(buf, pos)
     pos += 4
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return WritableTxnMarker(v_producer_id, v_producer_epoch, v_transaction_result, v_topics, v_coordinator_epoch, 0), pos
 def _e_WritableTxnMarker_v1(o, out):
     out += _S_qho.pack(o.producer_id, o.producer_epoch, o.transaction_result)
@@ -142,7 +156,11 @@ def _e_WritableTxnMarker_v1(o, out):
 def _d_WritableTxnMarker_v2(buf, pos):
     (v_producer_id, v_producer_epoch, v_transaction_result,) = _S_qho.unpack_from(buf, pos)
     pos += 11
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -152,7 +170,10 @@ def _d_WritableTxnMarker_v2(buf, pos):
             _l.append(_x)
     (v_coordinator_epoch, v_transaction_version,) = _S_ib.unpack_from(buf, pos)
     pos += 5
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return WritableTxnMarker(v_producer_id, v_producer_epoch, v_transaction_result, v_topics, v_coordinator_epoch, v_transaction_version), pos
 def _e_WritableTxnMarker_v2(o, out):
     out += _S_qho.pack(o.producer_id, o.producer_epoch, o.transaction_result)
@@ -166,7 +187,11 @@ def _e_WritableTxnMarker_v2(o, out):
     out.append(0)
 
 def _d_WriteTxnMarkersRequest_v1(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_markers = None
     else:
@@ -174,7 +199,10 @@ def _d_WriteTxnMarkersRequest_v1(buf, pos):
         for _ in range(_n):
             _x, pos = _d_WritableTxnMarker_v1(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return WriteTxnMarkersRequest(v_markers), pos
 def _e_WriteTxnMarkersRequest_v1(o, out):
     _a = o.markers
@@ -186,7 +214,11 @@ def _e_WriteTxnMarkersRequest_v1(o, out):
     out.append(0)
 
 def _d_WriteTxnMarkersRequest_v2(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_markers = None
     else:
@@ -194,7 +226,10 @@ def _d_WriteTxnMarkersRequest_v2(buf, pos):
         for _ in range(_n):
             _x, pos = _d_WritableTxnMarker_v2(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return WriteTxnMarkersRequest(v_markers), pos
 def _e_WriteTxnMarkersRequest_v2(o, out):
     _a = o.markers

@@ -108,7 +108,10 @@ class WriteTxnMarkersResponse:
 def _d_WritableTxnMarkerPartitionResult_v1(buf, pos):
     (v_partition_index, v_error_code,) = _S_ih.unpack_from(buf, pos)
     pos += 6
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return WritableTxnMarkerPartitionResult(v_partition_index, v_error_code), pos
 def _e_WritableTxnMarkerPartitionResult_v1(o, out):
     out += _S_ih.pack(o.partition_index, o.error_code)
@@ -116,7 +119,11 @@ def _e_WritableTxnMarkerPartitionResult_v1(o, out):
 
 def _d_WritableTxnMarkerTopicResult_v1(buf, pos):
     v_name, pos = _read_compact_string(buf, pos)
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_partitions = None
     else:
@@ -124,7 +131,10 @@ def _d_WritableTxnMarkerTopicResult_v1(buf, pos):
         for _ in range(_n):
             _x, pos = _d_WritableTxnMarkerPartitionResult_v1(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return WritableTxnMarkerTopicResult(v_name, v_partitions), pos
 def _e_WritableTxnMarkerTopicResult_v1(o, out):
     _write_compact_string(out, o.name)
@@ -139,7 +149,11 @@ def _e_WritableTxnMarkerTopicResult_v1(o, out):
 def _d_WritableTxnMarkerResult_v1(buf, pos):
     (v_producer_id,) = _S_q.unpack_from(buf, pos)
     pos += 8
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_topics = None
     else:
@@ -147,7 +161,10 @@ def _d_WritableTxnMarkerResult_v1(buf, pos):
         for _ in range(_n):
             _x, pos = _d_WritableTxnMarkerTopicResult_v1(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return WritableTxnMarkerResult(v_producer_id, v_topics), pos
 def _e_WritableTxnMarkerResult_v1(o, out):
     out += _S_q.pack(o.producer_id)
@@ -160,7 +177,11 @@ def _e_WritableTxnMarkerResult_v1(o, out):
     out.append(0)
 
 def _d_WriteTxnMarkersResponse_v1(buf, pos):
-    _n, pos = _read_compact_array_len(buf, pos, False)
+    _n = buf[pos] - 1
+    if 0 <= _n < 0x7f:
+        pos += 1
+    else:
+        _n, pos = _read_compact_array_len(buf, pos, False)
     if _n < 0:
         v_markers = None
     else:
@@ -168,7 +189,10 @@ def _d_WriteTxnMarkersResponse_v1(buf, pos):
         for _ in range(_n):
             _x, pos = _d_WritableTxnMarkerResult_v1(buf, pos)
             _l.append(_x)
-    pos = _skip_tagged_fields(buf, pos)
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(buf, pos)
     return WriteTxnMarkersResponse(v_markers), pos
 def _e_WriteTxnMarkersResponse_v1(o, out):
     _a = o.markers
