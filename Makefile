@@ -10,8 +10,10 @@ PORT ?= 9092
 DATA_DIR ?= ./data
 PYTEST_ARGS ?= -q
 BENCH_ARGS ?=
+CHAOS_DURATION ?= 1800
+CHAOS_ARGS ?=
 
-.PHONY: run test test-deps jars bench protocol lint
+.PHONY: run test test-deps jars bench protocol lint chaos
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -44,6 +46,11 @@ test-deps: $(VENV)/.installed-test jars
 
 test: test-deps
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# long chaos run (tests/chaos/README.md): CHAOS_DURATION seconds of mixed faults, then the
+# checker; histories under tests/chaos/out/
+chaos: test-deps
+	$(VPY) -m tests.chaos.runner --profile long --duration $(CHAOS_DURATION) $(CHAOS_ARGS)
 
 $(VENV)/.installed-bench: pyproject.toml | $(VPY)
 	$(VPY) -m pip install -q -e '.[bench]'

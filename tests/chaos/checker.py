@@ -32,7 +32,8 @@ Anomalies (each reported with a count and examples):
 Power loss (`power_loss` events): with log.flush.mode=fsync nothing acknowledged may go;
 with log.flush.mode=none what was not yet fsynced may: per partition the window is
 [log end offset after the restart, log end offset before the loss), plus every transaction
-decided since the broker process started. Writes acknowledged inside the window may be lost
+whose commit was requested since the broker process started (even if the commit was
+acknowledged after the restart). Writes acknowledged inside the window may be lost
 (counted as allowed losses, not anomalies), observations of those offsets made before the
 loss do not conflict with what the offsets hold afterwards, and the copier check is skipped.
 The report states each window.
@@ -283,6 +284,8 @@ class Checker:
             elif f == "lso" and type_ == "ok":
                 self.lso_reads.append(e)
                 ops["lso fetch"] += 1
+            elif f == "client_hang":
+                ops["client hang (librdkafka #5456), copier restarted"] += 1
             elif f == "fault":
                 self.report.faults[e["fault"]] += 1
                 if e["fault"] in ("start", "restart"):
@@ -382,8 +385,8 @@ class Checker:
             if pl.flush_mode == "none":
                 self.report.windows.append(
                     f"power loss #{i} (flush none): may lose offsets {what or 'none'} and "
-                    f"transactions decided in the {pl.t - pl.broker_start_t:.1f}s since the "
-                    f"broker started")
+                    f"transactions whose commit was requested in the {pl.t - pl.broker_start_t:.1f}s "
+                    f"since the broker started")
             else:
                 self.report.windows.append(
                     f"power loss #{i} (durable): unfsynced tails cut: {what or 'none'}; "
@@ -395,11 +398,8 @@ class Checker:
     def _write_excused(self, w: Write) -> bool:
         """A write a flush-mode-none power loss may have taken back."""
         for pl in self._none_losses():
-            if w.txn is not None:
-                txn = self.txns.get(w.txn)
-                done = txn.commit_done_t if txn is not None else None
-                if done is not None and pl.broker_start_t <= done <= pl.t:
-                    return True
+            if w.txn is not None and self._txn_excused(w.txn):
+                return True
             if w.status == "ok" and w.complete_t is not None and w.complete_t <= pl.t:
                 tp = (w.topic, w.partition)
                 if w.offset is not None and w.offset >= pl.after.get(tp, 0):
@@ -410,9 +410,12 @@ class Checker:
         txn = self.txns.get(txn_id)
         if txn is None:
             return False
+        # the commit was requested from the broker that lost power: its decision may be gone
+        # even if the answer came later (a retried EndTxn that the restarted coordinator,
+        # back at the previous transaction's CompleteCommit, answers OK)
         for pl in self._none_losses():
-            decided = txn.commit_done_t or txn.commit_invoke_t
-            if (decided is not None and pl.broker_start_t <= decided <= pl.t
+            asked = txn.commit_invoke_t
+            if (asked is not None and pl.broker_start_t <= asked <= pl.t
                     and (t is None or t <= pl.t)):
                 return True
         return False

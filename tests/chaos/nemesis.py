@@ -17,8 +17,8 @@ Faults (names used by the profiles):
   power_loss         files cut back to their fsynced length, broker restarted (faulty broker)
   copier_kill        SIGKILL one copier process (its supervisor starts a new one)
 
-The choice and parameters of each fault come from the seed; only their timing depends on the
-machine. After a disk fault the broker is restarted if a partition went offline for writes
+The order (every enabled fault once per round, shuffled by the seed) and the parameters of
+the faults come from the seed; only their timing depends on the machine. After a disk fault the broker is restarted if a partition went offline for writes
 (as an operator would after a full disk), which is recorded.
 """
 
@@ -54,6 +54,7 @@ class Nemesis:
         self.done = Counter()
         self.thread: threading.Thread | None = None
         self._commit = threading.Event()
+        self._deck: list[str] = []
         history.listeners.append(self._on_event)
 
     def _on_event(self, e: Event) -> None:
@@ -74,7 +75,7 @@ class Nemesis:
         self.target.proxy.heal()
         if self.target.faulty:
             self.target.disarm()
-            self.target.clear_disk_faults()
+            self.target.clear_disk_faults(record=False)
         self.target.check_alive()
 
     def _run(self) -> None:
@@ -82,7 +83,7 @@ class Nemesis:
             self.target.check_alive()
             if not self.faults:
                 continue
-            fault = self.rng.choice(self.faults)
+            fault = self._deal()
             try:
                 getattr(self, f"_{fault}")()
                 self.done[fault] += 1
@@ -90,6 +91,14 @@ class Nemesis:
                 pass
             finally:
                 self.target.proxy.heal()
+
+    def _deal(self) -> str:
+        """The next fault: the enabled faults in a seeded shuffled order, reshuffled after
+        each round, so even a short run goes through every kind."""
+        if not self._deck:
+            self._deck = list(self.faults)
+            self.rng.shuffle(self._deck)
+        return self._deck.pop()
 
     def _hold(self) -> None:
         self.stop_event.wait(self.rng.uniform(*self.fault_s))

@@ -15,6 +15,10 @@ whole connections:
   heal()            delays off, blackholed connections reset
 
 All methods are thread-safe; they run on the proxy's loop.
+
+With `request_log` (a path), every request and response frame is logged as one line
+("<time> c<connection> > <api> v<version> corr=<id> bytes=<n>" and "... < corr=<id>"), which
+tells a client's hang from a broker's silence.
 """
 
 from __future__ import annotations
@@ -29,6 +33,41 @@ import time
 from dataclasses import dataclass, field
 
 CHUNK = 1 << 16
+_HEADER = struct.Struct(">ihhi")  # size, api key, api version, correlation id
+
+
+class _FrameTap:
+    """Finds frame starts in one direction of a Kafka stream, for the request log: yields
+    (size, the frame's first 8 bytes, zero-padded) per frame."""
+
+    def __init__(self) -> None:
+        self.skip = 0  # bytes of the current frame still to pass
+        self.head = b""
+        self.want = 4  # bytes of head still needed (4 for the size, then up to 8 more)
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        frames = []
+        i = 0
+        while i < len(data):
+            if self.skip:
+                n = min(self.skip, len(data) - i)
+                self.skip -= n
+                i += n
+                continue
+            take = data[i:i + self.want]
+            self.head += take
+            i += len(take)
+            self.want -= len(take)
+            if self.want:
+                break
+            size = struct.unpack_from(">i", self.head)[0]
+            if len(self.head) == 4 and size > 0:
+                self.want = min(size, 8)
+                continue
+            frames.append((size, self.head.ljust(12, b"\0")))
+            self.skip = max(0, size - (len(self.head) - 4))
+            self.head, self.want = b"", 4
+        return frames
 
 
 @dataclass(eq=False)
@@ -52,8 +91,9 @@ def _rst(writer: asyncio.StreamWriter | None) -> None:
 
 
 class Proxy:
-    def __init__(self, upstream_port: int = 0) -> None:
+    def __init__(self, upstream_port: int = 0, request_log: str | None = None) -> None:
         self.upstream_port = upstream_port
+        self.request_log = open(request_log, "a") if request_log else None  # noqa: SIM115
         self.port = 0
         self.delay_s = 0.0
         self.blackholed = False
@@ -97,6 +137,8 @@ class Proxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop = None
+        if self.request_log is not None:
+            self.request_log.close()
 
     def _call(self, fn, *args):
         fut = asyncio.run_coroutine_threadsafe(self._run(fn, *args), self._loop)
@@ -160,6 +202,9 @@ class Proxy:
         self.stats["connections"] += 1
         conn = _Conn(self._ids, writer, blackholed=self.blackholed)
         self.conns[conn.cid] = conn
+        if self.request_log is not None:
+            self.request_log.write(f"{time.time():.3f} c{conn.cid} open "
+                                   f"{writer.get_extra_info('peername')}\n")
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         except OSError:
@@ -176,11 +221,14 @@ class Proxy:
         queue: asyncio.Queue = asyncio.Queue()
         sender = asyncio.create_task(self._send(conn, queue, writer))
         last_due = 0.0
+        tap = _FrameTap() if self.request_log is not None else None
         try:
             while True:
                 data = await reader.read(CHUNK)
                 if not data:
                     break
+                if tap is not None:
+                    self._log_frames(conn, tap.feed(data), upstream)
                 if conn.blackholed:
                     continue
                 delay = self.delay_s + (conn.extra_delay if upstream else 0.0)
@@ -212,9 +260,27 @@ class Proxy:
             except OSError:
                 return
 
+    def _log_frames(self, conn: _Conn, frames, upstream: bool) -> None:
+        from protocol.api import BY_KEY
+
+        now = time.time()
+        for size, head in frames:
+            if upstream:
+                _, key, version, corr = _HEADER.unpack(head)
+                name = BY_KEY[key].name if key in BY_KEY else f"api{key}"
+                self.request_log.write(f"{now:.3f} c{conn.cid} > {name} v{version} "
+                                       f"corr={corr} bytes={size}"
+                                       f"{' (blackholed)' if conn.blackholed else ''}\n")
+            else:
+                corr = struct.unpack_from(">i", head, 4)[0]
+                self.request_log.write(f"{now:.3f} c{conn.cid} < corr={corr} bytes={size}\n")
+
     def _close(self, conn: _Conn, *, rst: bool) -> None:
         if self.conns.pop(conn.cid, None) is None:
             return
+        if self.request_log is not None:
+            self.request_log.write(f"{time.time():.3f} c{conn.cid} closed"
+                                   f"{' (reset)' if rst else ''}\n")
         for writer in (conn.client, conn.upstream):
             if writer is None:
                 continue

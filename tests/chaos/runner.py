@@ -2,11 +2,13 @@
 
     python -m tests.chaos.runner --profile ci            # the CI scenarios (also pytest)
     python -m tests.chaos.runner --profile long --duration 1800   # `make chaos`
-    options: --seed N, --out DIR (default tests/chaos/out), --only NAME (repeatable)
+    options: --seed N, --out DIR (default tests/chaos/out), --only NAME (repeatable),
+             --request-log (every frame through the proxy into requests.log),
+             --recheck RUN_DIR (the checker again over a finished run)
 
 Each scenario gets `<out>/<name>-s<seed>-<time>/` with history.jsonl (every event, time
-ordered), final.json (the final read), summary.txt (the one-screen summary), broker.log,
-clients.log and copier stderr. Exit status 1 if any scenario found an anomaly or did not
+ordered), final.json (the final read), scenario.json, summary.txt (the one-screen summary),
+broker.log, clients.log and copier stderr. Exit status 1 if any scenario found an anomaly or did not
 finish (a liveness failure: copiers that never caught up, a broker that exited by itself,
 partitions with transactions still open after the timeout).
 """
@@ -21,9 +23,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from protocol.errors import Error
-from tests.chaos.checker import Report, check, summarize
+from tests.chaos.checker import FinalRead, Report, check, summarize
 from tests.chaos.final_read import final_read, wait_stable
-from tests.chaos.history import History, merge, write_events
+from tests.chaos.history import History, merge, read_events, write_events
 from tests.chaos.nemesis import Nemesis
 from tests.chaos.target import Target
 from tests.chaos.workloads.common import TRANSACTION_TIMEOUT_MS, client_logger
@@ -100,14 +102,14 @@ class Result:
         return self.report.ok and not self.liveness
 
 
-def run_scenario(sc: Scenario, seed: int, out_root: Path = OUT,
-                 echo=print) -> Result:
+def run_scenario(sc: Scenario, seed: int, out_root: Path = OUT, echo=print, *,
+                 request_log: bool = False) -> Result:
     out = out_root / f"{sc.name}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     history = History(out / "events.jsonl")
     logger = client_logger(out, f"chaos.clients.{out.name}")
     target = Target(out / "data", history, out_dir=out, faulty=sc.faulty,
-                    flush_mode=sc.flush_mode)
+                    flush_mode=sc.flush_mode, request_log=request_log)
     liveness: list[str] = []
     started = time.monotonic()
     target.start()
@@ -161,7 +163,11 @@ def run_scenario(sc: Scenario, seed: int, out_root: Path = OUT,
     events = merge([history.events])
     write_events(out / "history.jsonl", events)
     (out / "events.jsonl").unlink(missing_ok=True)
-    report = check(events, final, copier_pairs=[p for c in copiers for p in c.pairs()])
+    pairs = [p for c in copiers for p in c.pairs()]
+    (out / "scenario.json").write_text(json.dumps(
+        {"scenario": sc.name, "seed": seed, "flush_mode": sc.flush_mode, "faulty": sc.faulty,
+         "copier_pairs": pairs, "liveness": liveness}))
+    report = check(events, final, copier_pairs=pairs)
     mode = ("faulty-fs entry point" if sc.faulty else "semel CLI") + f", flush {sc.flush_mode}"
     summary = summarize(report, title=f"{sc.name} seed={seed} ({mode})",
                         history_path=str(out / "history.jsonl"),
@@ -194,6 +200,21 @@ def _workloads(sc: Scenario, seed: int, target: Target, history: History, out: P
     return workloads
 
 
+def recheck(out: Path) -> Result:
+    """Run the checker again over a finished run's history.jsonl and final.json."""
+    meta = json.loads((out / "scenario.json").read_text())
+    events = list(read_events(out / "history.jsonl"))
+    final = FinalRead.from_json(json.loads((out / "final.json").read_text()))
+    report = check(events, final, copier_pairs=[tuple(p) for p in meta["copier_pairs"]])
+    summary = summarize(report, title=f"{meta['scenario']} seed={meta['seed']} (recheck)",
+                        history_path=str(out / "history.jsonl"))
+    for line in meta["liveness"]:
+        summary += f"\nLIVENESS: {line}"
+    print(summary)
+    sc = Scenario(meta["scenario"], 0, [], [])
+    return Result(sc, report, summary, out, meta["liveness"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.chaos.runner")
     ap.add_argument("--profile", choices=["ci", "long"], default="ci")
@@ -202,14 +223,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--recheck", type=Path, metavar="RUN_DIR",
+                    help="only run the checker again over a finished run's directory")
+    ap.add_argument("--request-log", action="store_true",
+                    help="log every request/response frame passing the proxy (requests.log)")
     args = ap.parse_args(argv)
+    if args.recheck is not None:
+        return 0 if recheck(args.recheck).ok else 1
     scenarios = ci_profile() if args.profile == "ci" else long_profile(args.duration)
     if args.only:
         scenarios = [s for s in scenarios if s.name in args.only]
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000
     results = []
     for i, sc in enumerate(scenarios):
-        results.append(run_scenario(replace(sc), seed + i, args.out))
+        results.append(run_scenario(replace(sc), seed + i, args.out,
+                                    request_log=args.request_log))
         print(flush=True)
     failed = [r.scenario.name for r in results if not r.ok]
     print(f"chaos {args.profile}: {len(results) - len(failed)}/{len(results)} scenarios clean"

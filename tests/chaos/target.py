@@ -52,14 +52,15 @@ class BrokerGone(Exception):
 class Target:
     def __init__(self, data_dir: Path, history: History, *, out_dir: Path,
                  faulty: bool = True, flush_mode: str = "fsync",
-                 overrides: dict[str, str] | None = None) -> None:
+                 overrides: dict[str, str] | None = None, request_log: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.history = history
         self.out_dir = Path(out_dir)
         self.faulty = faulty
         self.flush_mode = flush_mode
         self.overrides = {**BASE_OVERRIDES, "log.flush.mode": flush_mode, **(overrides or {})}
-        self.proxy = Proxy().start()
+        self.proxy = Proxy(request_log=str(self.out_dir / "requests.log")
+                           if request_log else None).start()
         self.port = 0
         self.proc: subprocess.Popen | None = None
         self.control_port: int | None = None
@@ -237,10 +238,11 @@ class Target:
                             **faults)
         self.control("fault", **faults)
 
-    def clear_disk_faults(self) -> None:
+    def clear_disk_faults(self, *, record: bool = True) -> None:
         try:
             self.control("clear")
-            self.history.record("nemesis", "info", "fault", fault="disk clear")
+            if record:
+                self.history.record("nemesis", "info", "fault", fault="disk clear")
         except BrokerGone:
             pass
 

@@ -406,6 +406,27 @@ def test_flush_none_power_loss_may_lose_the_window_only():
     assert "lost_write" in h2.check().kinds()
 
 
+def test_flush_none_power_loss_may_lose_a_transaction_committed_across_it():
+    """Commit requested before the loss, acknowledged by the restarted broker, data gone."""
+    h = H()
+    h.ev("nemesis", "info", "fault", fault="start")
+    h.send("a", offset=0)
+    h.data(T0, 0, "a")
+    h.ev("w2", "info", "begin", txn="x1", producer="tx1")
+    h.send("b", offset=1, producer="tx1", p="w2", txn="x1")
+    h.ev("w2", "invoke", "commit", txn="x1", producer="tx1", writes=[["t", "b"]])
+    power_loss(h, "none", {T0: (3, 3)}, {T0: 1})
+    h.ev("w2", "ok", "commit", txn="x1", producer="tx1")
+    h.committed_from_log()
+    report = h.check()
+    assert report.ok, summarize(report, title="none")
+    assert report.allowed_losses == 1
+    # the same in durable mode is a lost write
+    h.events = [e for e in h.events if e["f"] != "power_loss"]
+    power_loss(h, "fsync", {T0: (3, 3)}, {T0: 3})
+    assert "lost_write" in h.check().kinds()
+
+
 def test_summary_names_every_anomaly_with_an_example():
     h = clean()
     h.send("z", offset=7)

@@ -54,6 +54,8 @@ from tests.chaos.workloads.common import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
+SEND_OFFSETS_TIMEOUT_S = 15.0
+WATCHDOG_S = SEND_OFFSETS_TIMEOUT_S + 10
 
 
 # ------------------------------------------------------------------ the copier process
@@ -160,9 +162,10 @@ def copier_main(argv: list[str] | None = None) -> int:
             for m in msgs:
                 ends[(m.topic(), m.partition())] = m.offset() + 1
             step = "send_offsets_to_transaction"
-            producer.send_offsets_to_transaction(
-                [TopicPartition(t, part, o) for (t, part), o in ends.items()],
-                consumer.consumer_group_metadata(), API_TIMEOUT_S)
+            with _watchdog(h, p, txn, step, producer, consumer):
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(t, part, o) for (t, part), o in ends.items()],
+                    consumer.consumer_group_metadata(), SEND_OFFSETS_TIMEOUT_S)
             commit = rng.random() >= args.abort_ratio
             step = "commit" if commit else "abort"
             outcome = end_transaction(producer, h, p, txn, sid, commit=commit, writes=writes)
@@ -187,18 +190,41 @@ def copier_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _exit(producer, consumer, code: int) -> None:
+@contextlib.contextmanager
+def _watchdog(h: History, p: str, txn: str, step: str, producer, consumer):
+    """librdkafka's send_offsets_to_transaction can block far past its timeout when the
+    connection carrying its group coordinator request dies (seen here when the broker is
+    killed or a connection reset while FindCoordinator/TxnOffsetCommit is in flight: the
+    request is never sent again; librdkafka issues #5456, #5511: the coordinator request's
+    timeout is never checked). A call still blocked WATCHDOG_S later ends the process
+    (recorded as a client hang); the runner starts a new copier, which fences this one's
+    transaction."""
+    def fire() -> None:
+        h.record(p, "info", "client_hang", txn=txn, step=step, seconds=WATCHDOG_S)
+        _exit(producer, consumer, 4, close=False)
+
+    timer = threading.Timer(WATCHDOG_S, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _exit(producer, consumer, code: int, *, close: bool = True) -> None:
     """Close the clients (bounded: a consumer's close can wait on a dead group) and exit."""
 
-    def close() -> None:
+    def close_clients() -> None:
         with contextlib.suppress(Exception):  # a fatal producer raises from flush
             producer.flush(1)
         with contextlib.suppress(Exception):
             consumer.close()
 
-    closer = threading.Thread(target=close, daemon=True)
-    closer.start()
-    closer.join(15)
+    if close:
+        closer = threading.Thread(target=close_clients, daemon=True)
+        closer.start()
+        closer.join(15)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -60,8 +60,30 @@ class IdempotentWorkload:
             t.join(max(0.1, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self.threads)
 
+    def _send(self, producer, p: str, producer_id: str, key: str, value: str) -> None:
+        partition = partition_for(key, self.partitions)
+        op = self.history.next_id()
+        self.history.record(p, "invoke", "send", id=op, topic=self.topic, value=value, key=key,
+                            producer=producer_id, txn=None, partition=partition)
+
+        def report(err, msg) -> None:
+            if err is None:
+                self.history.record(p, "ok", "send", id=op, partition=msg.partition(),
+                                    offset=msg.offset())
+            else:
+                self.history.record(p, "info", "send", id=op, error=error_text(err))
+
+        while True:
+            try:
+                producer.produce(self.topic, value=value.encode(), key=key.encode(),
+                                 partition=partition, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+
     def _run(self, i: int) -> None:
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaException, Producer
 
         rng = random.Random(self.seed * 1000 + i)
         p = f"idem-{i}"
@@ -81,36 +103,24 @@ class IdempotentWorkload:
             producer = Producer(producer_config(self.bootstrap, self.logger, error_cb=on_error))
             length = rng.randint(300, 3000)
             next_t = time.monotonic()
-            for n in range(length):
-                if self.stop_event.is_set() or fatal.is_set():
-                    break
-                key = keys[n % len(keys)]
-                seq[key] += 1
-                value = f"{key}:{seq[key]}"
-                partition = partition_for(key, self.partitions)
-                op = self.history.next_id()
-                self.history.record(p, "invoke", "send", id=op, topic=self.topic, value=value,
-                                    key=key, producer=producer_id, txn=None,
-                                    partition=partition)
-
-                def report(err, msg, op=op) -> None:
-                    if err is None:
-                        self.history.record(p, "ok", "send", id=op, partition=msg.partition(),
-                                            offset=msg.offset())
-                    else:
-                        self.history.record(p, "info", "send", id=op, error=error_text(err))
-
-                while True:
-                    try:
-                        producer.produce(self.topic, value=value.encode(), key=key.encode(),
-                                         partition=partition, on_delivery=report)
+            try:
+                for n in range(length):
+                    if self.stop_event.is_set() or fatal.is_set():
                         break
-                    except BufferError:
-                        producer.poll(0.05)
-                producer.poll(0)
-                next_t += interval
-                while (wait := next_t - time.monotonic()) > 0:
-                    producer.poll(min(wait, 0.05))
-            left = producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
-            if left:
+                    key = keys[n % len(keys)]
+                    seq[key] += 1
+                    self._send(producer, p, producer_id, key, f"{key}:{seq[key]}")
+                    next_t += interval
+                    while (wait := next_t - time.monotonic()) > 0:
+                        producer.poll(min(wait, 0.05))
+            except KafkaException as e:  # poll raises a fatal error (e.g. a lost sequence)
+                if not e.args[0].fatal():
+                    raise
+                fatal.set()
+            try:
+                left = producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
+            except KafkaException:
+                fatal.set()
+                left = 0
+            if left and not fatal.is_set():
                 self.errors.append(f"{producer_id}: {left} records without a delivery report")

@@ -233,8 +233,8 @@ class _Worker:
 
     def send(self) -> None:
         producer = self._producer()
-        self._send(producer, self.producer_id, None)
         try:
+            self._send(producer, self.producer_id, None)
             producer.flush(30)
         except Exception:  # noqa: BLE001 - a fatal producer: the next op makes a new one
             self.fatal = True
@@ -243,8 +243,16 @@ class _Worker:
             self.producer = None
 
     def poll(self) -> None:
+        from confluent_kafka import KafkaException
+
         consumer = self._consumer()
-        msgs = consumer.consume(num_messages=200, timeout=0.3)
+        try:
+            msgs = consumer.consume(num_messages=200, timeout=0.3)
+        except KafkaException:  # a fatal consumer error: start a new consumer
+            with contextlib.suppress(Exception):
+                consumer.close()
+            self.consumer = None
+            return
         records = [record_of(m) for m in msgs if m.error() is None]
         self.h.record(self.p, "ok", "poll", c=self.consumer_id, iso="read_committed",
                       records=records)
