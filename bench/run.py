@@ -86,6 +86,7 @@ class Bench:
         self.selected = selected
         self.runs: list[dict] = []
         self.broken: set[tuple[str, str]] = set()  # (workload, target) that failed once
+        self.meta: dict = {}  # how the run was made, for render()
 
     def record(self, workload: str, target: Target, rnd: int, fn) -> dict | None:
         key = (workload, target.name)
@@ -122,8 +123,8 @@ class Bench:
 
     def save(self) -> None:
         (self.out_dir / "results.json").write_text(json.dumps(
-            {"runs": self.runs, "sizes": asdict(self.sizes), "rounds": self.rounds,
-             "targets": [t.name for t in self.targets]}, indent=1))
+            {"meta": self.meta, "runs": self.runs, "sizes": asdict(self.sizes),
+             "rounds": self.rounds, "targets": [t.name for t in self.targets]}, indent=1))
 
     def startup_phase(self) -> None:
         semel = [t for t in self.targets if t.name.startswith("semel")][:1]
@@ -167,9 +168,8 @@ class Bench:
             for broker in brokers.values():
                 broker.stop()
 
-    def profile_phase(self, semel_none: Target, semel_fsync: Target | None) -> dict[str, str]:
-        """py-spy on semel during produce (both modes) and fetch; returns the summaries."""
-        tops = {}
+    def profile_phase(self, semel_none: Target, semel_fsync: Target | None) -> None:
+        """py-spy on semel during produce (both modes) and fetch: pyspy-<name>.raw files."""
 
         def profiled(name: str, broker, fn) -> None:
             raw = self.out_dir / f"pyspy-{name}.raw"
@@ -179,10 +179,6 @@ class Bench:
                 fn()
             finally:
                 spy.stop()
-            if raw.exists():
-                text = summarize(raw)
-                (self.out_dir / f"pyspy-{name}.txt").write_text(text)
-                tops[name] = text
 
         mb = max(self.sizes.produce_mb_1k, 512)  # a few seconds of samples
 
@@ -202,7 +198,6 @@ class Bench:
                 profiled("produce-1k-4p-durable", b, lambda: workloads.produce(
                     b, self.log_dir, size=1024, producers=4, mb=mb)),
                 {})[1]))
-        return tops
 
 
 def summary(entry: dict) -> str:
@@ -235,11 +230,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-docs", action="store_true", help="do not write docs/BENCHMARKS.md")
     p.add_argument("--note", default="", help="a sentence for the report (e.g. shared machine)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--render", type=Path, metavar="RESULTS_DIR",
+                   help="only rebuild the report of an earlier run from its results.json")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.render:
+        render(args.render, write_docs=not args.no_docs)
+        return 0
     profile = "smoke" if args.smoke else "quick" if args.quick else "full"
     rounds, startup_runs, sizes = PROFILES[profile]
     rounds = args.rounds or rounds
@@ -280,42 +280,65 @@ def main(argv: list[str] | None = None) -> int:
           f"results in {out_dir}", flush=True)
 
     bench = Bench(targets, sizes, rounds, startup_runs, out_dir, selected)
+    bench.meta = {"profile": profile, "started": started, "note": args.note,
+                  "command": "python bench/run.py " + " ".join(shlex.quote(a) for a in (
+                      sys.argv[1:] if argv is None else argv)),
+                  "peer": peer_name, "peer_label": peer_label,
+                  "labels": {t.name: t.label for t in targets}, "info": info}
     if "startup" in selected:
         bench.startup_phase()
     bench.rounds_phase()
     if "consume" in selected:
         bench.consume_phase()
-    tops: dict[str, str] = {}
     if not args.no_profile and not args.smoke:
         if py_spy_path() is None:
             print("py-spy not installed: no profiles", flush=True)
         else:
-            tops = bench.profile_phase(semel_none, semel_fsync)
+            bench.profile_phase(semel_none, semel_fsync)
     info["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    bench.meta["info"] = info
+    bench.save()
+    agg, failures = render(out_dir, write_docs=not args.no_docs and not args.smoke)
+    if args.smoke:
+        ok = all((w, t.name) in agg for w in selected for t in targets
+                 if w != "startup" or t.launched)
+        return 0 if ok and not failures else 1
+    return 0
 
-    agg = report.aggregate(bench.runs)
+
+def render(out_dir: Path, *, write_docs: bool) -> tuple[dict, list[str]]:
+    """BENCHMARKS.md, the plot and summary.json from ``out_dir``'s results.json and py-spy
+    files; copies the first two into docs/ when ``write_docs``."""
+    saved = json.loads((out_dir / "results.json").read_text())
+    meta, runs = saved["meta"], saved["runs"]
+    sizes = Sizes(**saved["sizes"])
+    order = ["produce-1k-4p-flush-none", "produce-1k-4p-durable", "fetch"]
+    raws = sorted(out_dir.glob("pyspy-*.raw"), key=lambda p: (
+        order.index(p.stem[6:]) if p.stem[6:] in order else len(order), p.name))
+    tops = {raw.stem.removeprefix("pyspy-"): summarize(raw) for raw in raws}
+    for name, text in tops.items():
+        (out_dir / f"pyspy-{name}.txt").write_text(text)
+    agg = report.aggregate(runs)
     failures = [f"{r['workload']} on {r['target']} (round {r['round']}): {r['error']}"
-                for r in bench.runs if r.get("error")]
-    command = "python bench/run.py " + " ".join(shlex.quote(a) for a in (
-        sys.argv[1:] if argv is None else argv))
-    labels = {t.name: t.label for t in targets}
+                for r in runs if r.get("error")]
     plot_name = "benchmarks.png"
-    report_targets = [t.name for t in targets]
-    title = f"semel vs {peer_label.split(',')[0]} — {profile} profile, {started}"
+    title = f"semel vs {meta['peer_label'].split(',')[0]} — {meta['profile']} profile, " \
+            f"{meta['started']}"
     try:
-        report.plot(out_dir / plot_name, agg, report_targets, labels, title)
+        report.plot(out_dir / plot_name, agg, saved["targets"], meta["labels"], title)
     except ImportError:
         plot_name = None
         print("matplotlib not installed: no plot", flush=True)
-    text = report.markdown(agg=agg, runs=bench.runs, info=info, sizes=sizes, profile=profile,
-                           rounds=rounds, peer=peer_name, peer_label=peer_label,
-                           command=command.strip(), started=started, note=args.note,
-                           plot_name=plot_name, profile_tops=tops, failures=failures)
+    text = report.markdown(agg=agg, info=meta["info"], sizes=sizes, profile=meta["profile"],
+                           rounds=saved["rounds"], peer=meta["peer"],
+                           peer_label=meta["peer_label"], command=meta["command"],
+                           started=meta["started"], note=meta["note"], plot_name=plot_name,
+                           profile_tops=tops, failures=failures)
     (out_dir / "BENCHMARKS.md").write_text(text)
     (out_dir / "summary.json").write_text(json.dumps(
-        {"info": info, "aggregate": {f"{w}|{t}": v for (w, t), v in agg.items()},
-         "failures": failures}, indent=1, default=str))
-    if not args.no_docs and not args.smoke:
+        {"aggregate": {f"{w}|{t}": v for (w, t), v in agg.items()}, "failures": failures},
+        indent=1))
+    if write_docs:
         docs = ROOT / "docs"
         docs.mkdir(exist_ok=True)
         if plot_name:
@@ -323,11 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         (docs / "BENCHMARKS.md").write_text(text)
         print(f"wrote {docs / 'BENCHMARKS.md'}", flush=True)
     print(text, flush=True)
-    if args.smoke:
-        ok = all((w, t.name) in agg for w in selected for t in targets
-                 if w != "startup" or t.launched)
-        return 0 if ok and not failures else 1
-    return 0
+    return agg, failures
 
 
 if __name__ == "__main__":
