@@ -180,7 +180,11 @@ class TansuTarget(Target):
         raise AssertionError("unreachable")
 
     def describe(self) -> str:
-        return f"{self.version or 'tansu'} (memory storage), {self.binary}"
+        try:
+            where = self.binary.resolve().relative_to(ROOT)
+        except ValueError:
+            where = self.binary
+        return f"{self.version or 'tansu'} (memory storage), {where}"
 
 
 class AddressTarget(Target):

@@ -33,7 +33,7 @@ def machine_info() -> dict:
         mem_kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
     try:
         import confluent_kafka
-        client = f"confluent-kafka {confluent_kafka.version()[0]}, librdkafka " \
+        client = f"confluent-kafka {confluent_kafka.__version__}, librdkafka " \
                  f"{confluent_kafka.libversion()[0]}"
     except ImportError:
         client = "confluent-kafka not installed"
@@ -44,7 +44,8 @@ def machine_info() -> dict:
     return {"cores": os.cpu_count(), "ram_gib": round(mem_kb / 1024 / 1024, 1),
             "cpu_model": cpu_model, "kernel": platform.release(),
             "python": platform.python_version(), "client": client,
-            "semel_commit": commit + ("+uncommitted changes" if dirty else ""),
+            "semel_commit": commit + (" with uncommitted changes in the working tree"
+                                      if dirty else ""),
             "loadavg": os.getloadavg()}
 
 
