@@ -1,6 +1,7 @@
 """One client connection: the only code that touches sockets.
 
-An ``asyncio.Protocol``: ``data_received`` feeds ``protocol.frame.FrameDecoder``; each
+An ``asyncio.BufferedProtocol``: the socket reads into ``protocol.frame.BufferedFrameReader``
+buffers (a large request lands in its own buffer without being joined or copied); each
 complete frame is dispatched as its own task so a long-poll fetch does not hold up a
 metadata call behind it, but responses leave strictly in request order (Kafka requires it):
 every request takes a slot in a FIFO and the head of the FIFO is written as soon as it is
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from broker.dispatch import CloseConnection
 from protocol.errors import ProtocolError
-from protocol.frame import FrameDecoder
+from protocol.frame import BufferedFrameReader
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -39,11 +40,11 @@ class _Slot:
         self.size = size
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.dispatcher = broker.dispatcher
-        self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
+        self.reader = BufferedFrameReader(broker.config.socket_request_max_bytes)
         self.max_pending = broker.config.connection_max_pending_bytes
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -77,10 +78,13 @@ class Connection(asyncio.Protocol):
         self.writing_paused = False
         self._update_reading()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_active = self.broker.monotonic_ms()
         try:
-            frames = self.decoder.feed(data)
+            frames = self.reader.buffer_updated(nbytes)
         except ProtocolError as e:
             log.warning("closing %s: %s", self.peer, e)
             self.close()

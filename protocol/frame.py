@@ -27,6 +27,7 @@ from protocol.primitives import read_uvarint as read_unsigned_varint
 from protocol.primitives import skip_tagged_fields
 
 __all__ = [
+    "BufferedFrameReader",
     "FrameDecoder",
     "FrameTooLarge",
     "RequestHeader",
@@ -132,6 +133,76 @@ class FrameDecoder:
                 self._pieces.clear()
                 self._need = -1
                 self._have = 0
+        return frames
+
+
+class BufferedFrameReader:
+    """Frames for an ``asyncio.BufferedProtocol``: the socket reads straight into our buffers.
+
+    ``get_buffer()`` hands out where the next bytes go; ``buffer_updated(n)`` returns the
+    frames those bytes completed. Small frames are read into a scratch buffer and copied
+    out once; a frame larger than half the scratch buffer gets its own ``bytearray`` of
+    exactly its size, and the socket reads the rest of it directly there - so a large
+    Produce request is never joined or copied, and its frame is writable (the log rewrites
+    base offsets in place without copying). Every frame comes back as a memoryview over a
+    writable bytearray. Size limits as ``FrameDecoder``: checked before anything is
+    allocated for the frame.
+    """
+
+    __slots__ = ("_scratch", "_start", "_end", "_frame", "_have", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 scratch_size: int = 65536) -> None:
+        self.max_frame_size = max_frame_size
+        self._scratch = bytearray(scratch_size)
+        self._start = 0  # unparsed bytes are _scratch[_start:_end]
+        self._end = 0
+        self._frame: bytearray | None = None  # a large frame being filled in place
+        self._have = 0
+
+    @property
+    def buffered(self) -> int:
+        return self._have if self._frame is not None else self._end - self._start
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._have:]
+        scratch = self._scratch
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif len(scratch) - self._end < 4096:  # move the partial frame to the front
+            n = self._end - self._start
+            scratch[:n] = scratch[self._start:self._end]
+            self._start, self._end = 0, n
+        return memoryview(scratch)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> list[memoryview]:
+        if self._frame is not None:
+            self._have += nbytes
+            if self._have < len(self._frame):
+                return []
+            frame = self._frame
+            self._frame = None
+            return [memoryview(frame)]
+        self._end += nbytes
+        frames: list[memoryview] = []
+        scratch = self._scratch
+        while self._end - self._start >= 4:
+            size = _SIZE.unpack_from(scratch, self._start)[0]
+            if size < 0 or size > self.max_frame_size:
+                raise FrameTooLarge(size, self.max_frame_size)
+            body = self._start + 4
+            available = self._end - body
+            if available >= size:
+                frames.append(memoryview(scratch[body:body + size]))  # one copy, small
+                self._start = body + size
+                continue
+            if size > len(scratch) // 2:
+                frame = bytearray(size)
+                frame[:available] = scratch[body:self._end]
+                self._frame, self._have = frame, available
+                self._start = self._end = 0
+            break
         return frames
 
 
