@@ -46,7 +46,7 @@ def _check_data_dir(path: str) -> None:
 
 
 async def _serve(config: BrokerConfig) -> int:
-    from broker.server import Broker  # noqa: PLC0415 - keep `semel --help` light
+    from broker.server import Broker
 
     broker = Broker(config)
     try:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"semel: {e}", file=sys.stderr)
         return 2
     try:
-        import uvloop  # noqa: PLC0415
+        import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; stay usable without it
         return asyncio.run(_serve(config))
     return uvloop.run(_serve(config))

@@ -32,7 +32,7 @@ log = logging.getLogger("broker.connection")
 
 
 class _Slot:
-    __slots__ = ("done", "data", "size")
+    __slots__ = ("data", "done", "size")
 
     def __init__(self, size: int) -> None:
         self.done = False

@@ -80,7 +80,7 @@ class Dispatcher:
         return out.chunks()
 
     def _unsupported_api_versions(self, correlation_id: int) -> bytes:
-        from broker.handlers import api_versions  # noqa: PLC0415
+        from broker.handlers import api_versions
 
         response = api_versions.build_response(Error.UNSUPPORTED_VERSION, self.supported, 0)
         out = bytearray(4)

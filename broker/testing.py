@@ -45,9 +45,9 @@ class BrokerThread:
         return f"127.0.0.1:{self.broker.port}"
 
     def start(self) -> BrokerThread:
-        import uvloop  # noqa: PLC0415
+        import uvloop
 
-        from broker.server import Broker  # noqa: PLC0415
+        from broker.server import Broker
 
         config = test_config(self.data_dir, self.overrides)
 

@@ -149,7 +149,7 @@ class BufferedFrameReader:
     allocated for the frame.
     """
 
-    __slots__ = ("_scratch", "_start", "_end", "_frame", "_have", "max_frame_size")
+    __slots__ = ("_end", "_frame", "_have", "_scratch", "_start", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  scratch_size: int = 65536) -> None:
