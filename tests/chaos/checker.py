@@ -35,7 +35,12 @@ with log.flush.mode=none what was not yet fsynced may: per partition the window 
 whose commit was requested since the broker process started (even if the commit was
 acknowledged after the restart). Writes acknowledged inside the window may be lost
 (counted as allowed losses, not anomalies), observations of those offsets made before the
-loss do not conflict with what the offsets hold afterwards, and the copier check is skipped.
+loss (or within STALE_READ_GRACE_S after the restart: a client's prefetch) do not conflict
+with what the offsets hold afterwards, and the copier check is skipped. An aborted
+transaction whose ABORT was lost may even come back committed (transaction version 1: the
+producer's next transaction shares its producer id and epoch, the coordinator still has the
+old one open, and the next COMMIT covers both); that is reported on its own line, not as an
+anomaly, and reads of it after the loss are not aborted reads.
 The report states each window.
 """
 
@@ -62,6 +67,10 @@ ANOMALY_TYPES = (
 # as undecided (Java's clock has millisecond resolution)
 CLOCK_SLACK_S = 0.005
 MAX_EXAMPLES = 5
+# flush none: a consumer may hand out records it prefetched from the broker that lost power
+# for a while after the restart, and an acknowledgement may be recorded late; observations of
+# the lost window this soon after the restart count as made before the loss
+STALE_READ_GRACE_S = 10.0
 
 TP = tuple[str, int]
 WriteKey = tuple[str, str, str | None]  # topic, value, txn
@@ -161,6 +170,7 @@ class Txn:
     commit_invoke_t: float | None = None
     abort_invoke_t: float | None = None
     commit_done_t: float | None = None
+    abort_done_t: float | None = None
     outcome: str = "unknown"  # committed | aborted | unknown
     declared_writes: list[tuple[str, str]] | None = None  # [(topic, value)] at commit invoke
     sends: list[Write] = field(default_factory=list)
@@ -170,6 +180,11 @@ class Txn:
         """When the producer first asked to end the transaction (commit or abort)."""
         times = [t for t in (self.commit_invoke_t, self.abort_invoke_t) if t is not None]
         return min(times) if times else None
+
+    @property
+    def end_done_t(self) -> float | None:
+        """When the producer was told the transaction ended (commit or abort)."""
+        return self.commit_done_t if self.commit_done_t is not None else self.abort_done_t
 
 
 @dataclass
@@ -196,6 +211,7 @@ class Report:
     faults: Counter = field(default_factory=Counter)
     windows: list[str] = field(default_factory=list)
     allowed_losses: int = 0
+    resurrected: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def add(self, kind: str, message: str, **example: Any) -> None:
@@ -274,7 +290,7 @@ class Checker:
                 if type_ == "invoke" and txn.abort_invoke_t is None:
                     txn.abort_invoke_t = e["t"]
                 if type_ == "ok" and txn.outcome != "committed":
-                    txn.outcome = "aborted"
+                    txn.outcome, txn.abort_done_t = "aborted", e["t"]
             elif f == "poll" and type_ == "ok":
                 self.polls.append(e)
                 ops["poll"] += 1
@@ -385,8 +401,8 @@ class Checker:
             if pl.flush_mode == "none":
                 self.report.windows.append(
                     f"power loss #{i} (flush none): may lose offsets {what or 'none'} and "
-                    f"transactions whose commit was requested in the {pl.t - pl.broker_start_t:.1f}s "
-                    f"since the broker started")
+                    f"transactions committed through the broker that lost power (up "
+                    f"{pl.t - pl.broker_start_t:.1f}s)")
             else:
                 self.report.windows.append(
                     f"power loss #{i} (durable): unfsynced tails cut: {what or 'none'}; "
@@ -400,29 +416,50 @@ class Checker:
         for pl in self._none_losses():
             if w.txn is not None and self._txn_excused(w.txn):
                 return True
-            if w.status == "ok" and w.complete_t is not None and w.complete_t <= pl.t:
-                tp = (w.topic, w.partition)
-                if w.offset is not None and w.offset >= pl.after.get(tp, 0):
-                    return True
-        return False
-
-    def _txn_excused(self, txn_id: str, t: float | None = None) -> bool:
-        txn = self.txns.get(txn_id)
-        if txn is None:
-            return False
-        # the commit was requested from the broker that lost power: its decision may be gone
-        # even if the answer came later (a retried EndTxn that the restarted coordinator,
-        # back at the previous transaction's CompleteCommit, answers OK)
-        for pl in self._none_losses():
-            asked = txn.commit_invoke_t
-            if (asked is not None and pl.broker_start_t <= asked <= pl.t
-                    and (t is None or t <= pl.t)):
+            if (w.status == "ok" and w.complete_t is not None and w.offset is not None
+                    and w.complete_t <= pl.t + STALE_READ_GRACE_S
+                    and w.offset >= pl.after.get((w.topic, w.partition), 0)):
                 return True
         return False
 
-    def _observation_void(self, tp: TP, offset: int, t: float) -> bool:
+    def _txn_excused(self, txn_id: str, t: float | None = None) -> bool:
+        """A transaction whose outcome the broker that lost power (flush none) may have
+        decided: its end (commit or abort) requested before the loss and not already
+        answered before that broker started (an end answered by an earlier broker was made
+        durable by the restart's recovery). Covers a retried EndTxn that the restarted
+        coordinator, back at the previous transaction's CompleteCommit, answers OK. With
+        `t`: an observation made before the loss (or a prefetch handed out just after)."""
+        return self._decision_lost_in(txn_id, t) is not None
+
+    def _decision_lost_in(self, txn_id: str, t: float | None = None) -> PowerLoss | None:
+        txn = self.txns.get(txn_id)
+        if txn is None:
+            return None
         for pl in self._none_losses():
-            if t <= pl.t and offset >= pl.after.get(tp, 0):
+            asked, done = txn.end_invoke_t, txn.end_done_t
+            if (asked is not None and asked <= pl.t
+                    and (done is None or done >= pl.broker_start_t)
+                    and (t is None or t <= pl.t + STALE_READ_GRACE_S)):
+                return pl
+        return None
+
+    def _resurrected(self, txn_id: str) -> PowerLoss | None:
+        """An aborted transaction the log holds as committed because its ABORT (marker and
+        PREPARE_ABORT, never fsynced) was lost: with transaction version 1 the producer's next
+        transaction has the same producer id and epoch, so the restarted coordinator, which
+        still has the old one ONGOING, adds to it and its COMMIT covers the old data too."""
+        txn = self.txns.get(txn_id)
+        if txn is None or txn.outcome != "aborted":
+            return None
+        if not any((w.topic, w.value, txn_id) in self.visible for w in txn.sends):
+            return None
+        return self._decision_lost_in(txn_id)
+
+    def _observation_void(self, tp: TP, offset: int, t: float) -> bool:
+        """An observation of an offset a flush-none power loss cut away, made before the
+        loss (or so soon after that it may be a client's prefetch from before it)."""
+        for pl in self._none_losses():
+            if t <= pl.t + STALE_READ_GRACE_S and offset >= pl.after.get(tp, 0):
                 return True
         return False
 
@@ -543,6 +580,10 @@ class Checker:
                                     txn=txn_id, writes=len(writes_keys),
                                     example=list(writes_keys[0][:2]))
             elif not committed and visible:
+                if self._resurrected(txn_id) is not None:
+                    self.report.allowed_losses += len(visible)
+                    self.report.resurrected.append(txn_id)
+                    continue
                 self.report.add("aborted_read",
                                 "the final committed view holds writes of a transaction that "
                                 f"did not commit ({txn.outcome})",
@@ -569,7 +610,12 @@ class Checker:
                            "partition": f"{topic}/{partition}", "offset": offset,
                            "value": value, "txn": txn_id}
                 if not self._finally_committed(txn_id):
-                    if self._txn_excused(txn_id, e["t"]):
+                    # a commit the lost broker made (and a reader saw) may be gone now
+                    aborted = txn is not None and txn.outcome == "aborted"
+                    if not aborted and self._txn_excused(txn_id, e["t"]):
+                        continue
+                    pl = self._resurrected(txn_id)
+                    if pl is not None and e["t"] >= pl.t:
                         continue
                     self.report.add("aborted_read",
                                     "read_committed poll returned a record of a transaction "
@@ -690,6 +736,8 @@ class Checker:
                         del position[key]
                     mi += 1
                 for topic, partition, offset, value, _txn in e["records"]:
+                    if self._observation_void((topic, partition), offset, e["t"]):
+                        continue
                     key = (c, (topic, partition))
                     prev = position.get(key)
                     if prev is not None and offset <= prev[0]:
@@ -745,6 +793,9 @@ def summarize(report: Report, *, title: str, history_path: str | None = None,
     if report.allowed_losses:
         lines.append(f"allowed losses (flush none, inside a power-loss window): "
                      f"{report.allowed_losses}")
+    if report.resurrected:
+        lines.append(f"flush none: {len(report.resurrected)} aborted transaction(s) committed "
+                     f"after their unfsynced ABORT was lost, e.g. {report.resurrected[0]}")
     for note in report.notes:
         lines.append(f"note: {note}")
     if report.ok:

@@ -7,7 +7,14 @@ import itertools
 
 import pytest
 
-from tests.chaos.checker import ANOMALY_TYPES, FinalRead, LogRecord, check, summarize
+from tests.chaos.checker import (
+    ANOMALY_TYPES,
+    STALE_READ_GRACE_S,
+    FinalRead,
+    LogRecord,
+    check,
+    summarize,
+)
 
 
 class H:
@@ -425,6 +432,90 @@ def test_flush_none_power_loss_may_lose_a_transaction_committed_across_it():
     h.events = [e for e in h.events if e["f"] != "power_loss"]
     power_loss(h, "fsync", {T0: (3, 3)}, {T0: 3})
     assert "lost_write" in h.check().kinds()
+
+
+def test_flush_none_commit_retried_into_the_broker_that_lost_power():
+    """Commit requested of a broker that was SIGKILLed, retried and acknowledged by its
+    successor, which then lost power: the decision was that broker's, so it may be lost."""
+    h = H()
+    h.ev("nemesis", "info", "fault", fault="start")
+    h.ev("w2", "info", "begin", txn="x1", producer="tx1")
+    h.send("b", offset=0, producer="tx1", p="w2", txn="x1")
+    h.ev("w2", "invoke", "commit", txn="x1", producer="tx1", writes=[["t", "b"]])
+    h.ev("nemesis", "info", "fault", fault="restart")  # after a kill
+    h.ev("w2", "ok", "commit", txn="x1", producer="tx1")
+    h.data(T0, 0, "b", "x1", pid=3)
+    h.marker(T0, 1, 3, "ABORT")  # the restarted coordinator later aborted it
+    power_loss(h, "none", {T0: (2, 2)}, {T0: 1})
+    h.committed_from_log()
+    assert h.check().ok
+    # a commit already answered before that broker started was durable: not excused
+    h2 = H()
+    h2.ev("nemesis", "info", "fault", fault="start")
+    h2.ev("w2", "info", "begin", txn="x1", producer="tx1")
+    h2.send("b", offset=0, producer="tx1", p="w2", txn="x1")
+    h2.ev("w2", "invoke", "commit", txn="x1", producer="tx1", writes=[["t", "b"]])
+    h2.ev("w2", "ok", "commit", txn="x1", producer="tx1")
+    h2.ev("nemesis", "info", "fault", fault="restart")
+    h2.data(T0, 0, "b", "x1", pid=3)
+    h2.marker(T0, 1, 3, "ABORT")
+    power_loss(h2, "none", {T0: (2, 2)}, {T0: 2})
+    h2.committed_from_log()
+    assert "lost_write" in h2.check().kinds()
+
+
+def test_flush_none_aborted_transaction_resurrected_by_the_next_commit():
+    """The abort was answered by the broker that then lost power; the producer's next
+    transaction (same producer id and epoch) commits the old data too."""
+    h = H()
+    h.ev("nemesis", "info", "fault", fault="start")
+    h.txn("x1", [("a", 0, 0)], outcome="abort", producer="tx1")
+    power_loss(h, "none", {T0: (2, 2)}, {T0: 1})
+    h.poll([("t", 0, 0, "a", "x1")])  # after the loss: consistent with the log
+    h.txn("x2", [("b", 0, 1)], producer="tx1")
+    h.data(T0, 0, "a", "x1", pid=4)
+    h.data(T0, 1, "b", "x2", pid=4)
+    h.marker(T0, 2, 4)
+    h.committed_from_log()
+    report = h.check()
+    assert report.ok, summarize(report, title="resurrected")
+    assert report.resurrected == ["x1"]
+    assert "committed after their unfsynced ABORT was lost" in summarize(report, title="r")
+    # a read of the aborted data before the loss is still an aborted read
+    h2 = H()
+    h2.ev("nemesis", "info", "fault", fault="start")
+    h2.txn("x1", [("a", 0, 0)], outcome="abort", producer="tx1")
+    h2.t += STALE_READ_GRACE_S * 2
+    h2.poll([("t", 0, 0, "a", "x1")])
+    power_loss(h2, "none", {T0: (2, 2)}, {T0: 1})
+    h2.txn("x2", [("b", 0, 1)], producer="tx1")
+    h2.data(T0, 0, "a", "x1", pid=4)
+    h2.data(T0, 1, "b", "x2", pid=4)
+    h2.marker(T0, 2, 4)
+    h2.committed_from_log()
+    assert h2.check().kinds() == {"aborted_read"}
+
+
+def test_flush_none_stale_prefetched_read_after_the_restart():
+    """A consumer hands out a record it fetched before the loss, then reads the reused
+    offsets: neither an inconsistent offset nor a consumer going back."""
+    h = H()
+    h.ev("nemesis", "info", "fault", fault="start")
+    h.send("a", offset=0)
+    h.data(T0, 0, "a")
+    h.send("b", offset=1)
+    power_loss(h, "none", {T0: (2, 2)}, {T0: 1})
+    h.poll([("t", 0, 1, "b", None)])  # prefetched before the loss
+    h.send("c", offset=1)
+    h.data(T0, 1, "c")
+    h.poll([("t", 0, 1, "c", None)])
+    h.committed_from_log()
+    report = h.check()
+    assert report.ok, summarize(report, title="stale")
+    # long after the restart the same read is an anomaly
+    h.t += STALE_READ_GRACE_S * 2
+    h.poll([("t", 0, 1, "b", None)], c="c9")
+    assert "inconsistent_offset" in h.check().kinds()
 
 
 def test_summary_names_every_anomaly_with_an_example():

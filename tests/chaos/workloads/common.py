@@ -8,13 +8,15 @@ the fewest unknown outcomes).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import zlib
 from pathlib import Path
 
 REQUEST_TIMEOUT_MS = 5_000
 DELIVERY_TIMEOUT_MS = 120_000
-TRANSACTION_TIMEOUT_MS = 30_000
+TRANSACTION_TIMEOUT_MS = 20_000
 SESSION_TIMEOUT_MS = 10_000
 API_TIMEOUT_S = 30.0
 
@@ -27,7 +29,8 @@ def client_logger(out_dir: Path | None, name: str = "chaos.clients") -> logging.
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         logger.addHandler(handler)
         logger.propagate = False
-        logger.setLevel(logging.INFO)
+        logger.setLevel(logging.DEBUG if os.environ.get("CHAOS_LIBRDKAFKA_DEBUG")
+                        else logging.INFO)
     return logger
 
 
@@ -48,8 +51,10 @@ def common_config(bootstrap: str, logger: logging.Logger | None = None) -> dict:
 
 
 def producer_config(bootstrap: str, logger=None, **extra) -> dict:
+    debug = os.environ.get("CHAOS_LIBRDKAFKA_DEBUG")  # e.g. "eos,msg" into clients.log
     return {
         **common_config(bootstrap, logger),
+        **({"debug": debug, "log_level": 7} if debug else {}),
         "enable.idempotence": True,
         "acks": "all",
         "max.in.flight.requests.per.connection": 5,
@@ -99,6 +104,13 @@ def guarded(errors: list[str], fn):
                           + traceback.format_exc(limit=4))
 
     return run
+
+
+def purge(producer) -> None:
+    """Drop a dead producer's queued and in-flight records; each gets an error report
+    (outcome unknown) at the next poll or flush instead of waiting for its timeout."""
+    with contextlib.suppress(Exception):
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
 
 
 def partition_for(key: str, partitions: int) -> int:

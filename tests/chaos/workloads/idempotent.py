@@ -10,6 +10,7 @@ recorded at produce() and at its delivery report.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -21,6 +22,7 @@ from tests.chaos.workloads.common import (
     guarded,
     partition_for,
     producer_config,
+    purge,
 )
 
 
@@ -83,7 +85,7 @@ class IdempotentWorkload:
         producer.poll(0)
 
     def _run(self, i: int) -> None:
-        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka import KafkaError, KafkaException, Producer
 
         rng = random.Random(self.seed * 1000 + i)
         p = f"idem-{i}"
@@ -113,13 +115,20 @@ class IdempotentWorkload:
                     next_t += interval
                     while (wait := next_t - time.monotonic()) > 0:
                         producer.poll(min(wait, 0.05))
-            except KafkaException as e:  # poll raises a fatal error (e.g. a lost sequence)
-                if not e.args[0].fatal():
+            except KafkaException as e:  # poll/produce raise a fatal error (a lost sequence)
+                if not (e.args[0].fatal() or e.args[0].code() == KafkaError._FATAL):
                     raise
                 fatal.set()
+            if fatal.is_set():
+                # a fatal producer delivers nothing more: report what it reports at once
+                # (its records stay of unknown outcome) instead of waiting for timeouts
+                purge(producer)
+                with contextlib.suppress(Exception):  # may raise the fatal error again
+                    producer.flush(1)
+                continue
             try:
                 left = producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
-            except KafkaException:
+            except Exception:  # noqa: BLE001 - fatal; confluent-kafka may raise SystemError
                 fatal.set()
                 left = 0
             if left and not fatal.is_set():

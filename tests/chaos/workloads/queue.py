@@ -30,6 +30,7 @@ from tests.chaos.workloads.common import (
     guarded,
     partition_for,
     producer_config,
+    purge,
     record_of,
     transactional_config,
 )
@@ -167,10 +168,17 @@ class _Worker:
                                                      error_cb=on_error, **{"linger.ms": 0}))
         return self.producer
 
-    def _txn_producer(self):
+    def _txn_producer(self, attempts: int | None = None):
+        """The transactional producer, made (and initialized) if needed: until it works or
+        the workload stops, or `attempts` times."""
         from confluent_kafka import KafkaException, Producer
 
-        while self.txn_producer is None and not self.wl.stop_event.is_set():
+        while self.txn_producer is None and (attempts is not None
+                                             or not self.wl.stop_event.is_set()):
+            if attempts is not None:
+                if attempts <= 0:
+                    break
+                attempts -= 1
             self.txn_sessions += 1
             self.txn_producer_id = f"{self.p}.t{self.txn_sessions}"
             producer = Producer(transactional_config(self.wl.bootstrap, f"chaos-{self.p}",
@@ -196,7 +204,11 @@ class _Worker:
 
     def close(self) -> None:
         if self.producer is not None:
-            _discard(self.producer, 60)
+            _discard(self.producer, 60, dead=self.fatal)
+        if self.txn_producer is None and self.txn_sessions:
+            # the last transactional producer died with its transaction open: a new one
+            # with the same id aborts it now instead of after transaction.timeout.ms
+            self._txn_producer(attempts=3)
         if self.txn_producer is not None:
             _discard(self.txn_producer)
         if self.consumer is not None:
@@ -284,7 +296,10 @@ class _Worker:
             self.txn_producer = None
 
 
-def _discard(producer, timeout: float = 1.0) -> None:
-    """Let a producer deliver what it can; a fatal one raises from flush."""
+def _discard(producer, timeout: float = 1.0, *, dead: bool = True) -> None:
+    """Let a producer deliver what it can (a dead one: nothing, its records are purged);
+    a fatal one raises from flush."""
+    if dead:
+        purge(producer)
     with contextlib.suppress(Exception):
         producer.flush(timeout)
