@@ -23,6 +23,11 @@ socket takes one JSON object per line and answers one JSON object per line:
         durable and before any marker is written (the coordinator's before_markers hook);
         delay_ms > 0 lets the EndTxn answer leave first
   {"cmd": "disarm"}
+  {"cmd": "inject_bug", "bug": NAME}   mutation testing of the suite itself: make this
+        broker process wrong on purpose, so a test can check the checker notices.
+        "lso_is_hw": read_committed reads up to the high watermark (open and aborted
+        transactions visible); "fsync_lies": fsync of a segment (.log) reports success but
+        makes nothing durable (a power loss then takes acknowledged data)
   {"cmd": "power_loss"}  freeze every write, answer {"before": {"t/p": [leo, hw]}}, cut every
         file back to its fsynced length (new files whose directory was never fsynced go)
         and exit at once with status 137, as if the machine lost power
@@ -83,6 +88,15 @@ class ChaosFileSystem(FaultyFileSystem):
     def rmtree(self, path):
         with self._io_lock:
             super().rmtree(path)
+
+    fsync_lies = False  # inject_bug "fsync_lies": an fsync of a segment makes nothing durable
+
+    def _fsync(self, handle) -> None:
+        if self.fsync_lies and handle.path.endswith(".log"):
+            with self._lock:
+                self.fsync_calls[handle.path] += 1
+            return
+        super()._fsync(handle)
 
     def freeze(self) -> None:
         self._io_lock.acquire()
@@ -148,6 +162,8 @@ class Control:
         if cmd == "disarm":
             self.loop.call_soon_threadsafe(self._disarm)
             return {"ok": True}
+        if cmd == "inject_bug":
+            return inject_bug(req["bug"], self.fs)
         if cmd == "power_loss":
             self.fs.freeze()
             before = {k: v[:2] for k, v in self._offsets().items()}
@@ -171,6 +187,19 @@ class Control:
 
     def _disarm(self) -> None:
         self.broker.txn_coordinator.before_markers = None
+
+
+def inject_bug(bug: str, fs: ChaosFileSystem) -> dict:
+    if bug == "lso_is_hw":
+        from storage.partition_log import PartitionLog
+
+        PartitionLog.last_stable_offset = property(lambda plog: plog.high_watermark)
+    elif bug == "fsync_lies":
+        fs.fsync_lies = True
+    else:
+        return {"error": f"unknown bug {bug!r}"}
+    print(f"chaos inject_bug {bug}", flush=True)
+    return {"ok": True}
 
 
 async def _serve(config) -> int:

@@ -13,13 +13,18 @@ Faults (names used by the profiles):
   proxy_blackhole    traffic swallowed (requests time out), then the connections reset
   proxy_reset        every connection reset (RST)
   disk_full          writes fail with ENOSPC for a while (faulty broker)
+  torn_write         writes put a few bytes on disk, then fail with EIO, for a while
+  short_write        writes are cut to a few bytes each (the seam must loop; no error)
   fsync_fail         fsyncs fail with EIO for a while (faulty broker)
+  txn_log_fault      fsyncs of __transaction_state only fail for a while (coordinator
+                     transitions cannot be persisted)
   power_loss         files cut back to their fsynced length, broker restarted (faulty broker)
   copier_kill        SIGKILL one copier process (its supervisor starts a new one)
 
 The order (every enabled fault once per round, shuffled by the seed) and the parameters of
-the faults come from the seed; only their timing depends on the machine. After a disk fault the broker is restarted if a partition went offline for writes
-(as an operator would after a full disk), which is recorded.
+the faults come from the seed; only their timing depends on the machine. After a disk fault
+the broker is restarted if a partition went offline for writes (as an operator would after
+a full disk), which is recorded.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from collections import Counter
 from tests.chaos.history import Event, History
 from tests.chaos.target import BrokerGone, Target
 
-FAULTY_ONLY = {"kill_at_prepare", "disk_full", "fsync_fail", "power_loss"}
+PRODUCE = 0  # api key
+FAULTY_ONLY = {"kill_at_prepare", "disk_full", "torn_write", "short_write", "fsync_fail",
+               "txn_log_fault", "power_loss"}
 
 
 class Nemesis:
@@ -52,6 +59,7 @@ class Nemesis:
         self.copiers = list(copiers)
         self.stop_event = threading.Event()
         self.done = Counter()
+        self.errors: list[str] = []  # a fault that could not be done ends the nemesis
         self.thread: threading.Thread | None = None
         self._commit = threading.Event()
         self._deck: list[str] = []
@@ -76,7 +84,10 @@ class Nemesis:
         if self.target.faulty:
             self.target.disarm()
             self.target.clear_disk_faults(record=False)
-        self.target.check_alive()
+        try:
+            self.target.check_alive()
+        except RuntimeError as e:  # the broker does not start any more
+            self.errors.append(f"heal: {e}")
 
     def _run(self) -> None:
         while not self.stop_event.wait(self.rng.uniform(*self.gap_s)):
@@ -89,6 +100,11 @@ class Nemesis:
                 self.done[fault] += 1
             except BrokerGone:
                 pass
+            except Exception as e:  # noqa: BLE001 - e.g. the broker does not come back
+                self.errors.append(f"{fault}: {type(e).__name__}: {e}")
+                self.history.record("nemesis", "info", "fault", fault="nemesis error",
+                                    error=str(e)[-2000:])
+                return
             finally:
                 self.target.proxy.heal()
 
@@ -129,8 +145,10 @@ class Nemesis:
         self._hold()
 
     def _proxy_slow_one(self) -> None:
-        seconds = self.rng.uniform(1.0, 4.0)
-        cid = self.target.proxy.slow_one(seconds, self.rng)
+        # sometimes longer than the clients' request timeout: the client retries on a new
+        # connection while the original request is still on its way
+        seconds = self.rng.uniform(1.0, 8.0)
+        cid = self.target.proxy.slow_one(seconds, self.rng, prefer_api=PRODUCE)
         self.history.record("nemesis", "info", "fault", fault="proxy slow one", seconds=seconds,
                             connection=cid)
         self._hold()
@@ -144,8 +162,8 @@ class Nemesis:
         n = self.target.proxy.reset_all()
         self.history.record("nemesis", "info", "fault", fault="proxy reset", connections=n)
 
-    def _disk(self, **faults) -> None:
-        self.target.disk_fault(**faults)
+    def _disk(self, name: str, **faults) -> None:
+        self.target.disk_fault(name, **faults)
         self._hold()
         self.target.clear_disk_faults()
         time.sleep(0.5)  # let the next flush round run against the healed disk
@@ -158,10 +176,21 @@ class Nemesis:
             self.target.kill(f"restart: offline {','.join(offline[:4])}")
 
     def _disk_full(self) -> None:
-        self._disk(write_error=errno.ENOSPC)
+        self._disk("disk full", write_error=errno.ENOSPC)
+
+    def _torn_write(self) -> None:
+        self._disk("torn write", write_error=errno.EIO,
+                   write_error_after=self.rng.randint(1, 200))
+
+    def _short_write(self) -> None:
+        self._disk("short write", short_write=self.rng.randint(1, 64))
 
     def _fsync_fail(self) -> None:
-        self._disk(fsync_error=errno.EIO)
+        self._disk("fsync fail", fsync_error=errno.EIO)
+
+    def _txn_log_fault(self) -> None:
+        self._disk("txn log fsync fail", fsync_error=errno.EIO,
+                   path_filter="__transaction_state")
 
     def _power_loss(self) -> None:
         self.target.power_loss()

@@ -8,7 +8,8 @@ whole connections:
   delay(s)          every chunk in both directions waits s seconds (latency, not throughput)
   slow_one(s)       one established connection's client->broker bytes wait s seconds while
                     every other connection proceeds: requests sent on it reach the broker
-                    after requests sent later on other connections (KAFKA-17754's reordering)
+                    after requests sent later on other connections (KAFKA-17754's reordering);
+                    preferably a connection that carried Produce requests
   blackhole()       nothing is forwarded any more (bytes are swallowed), on old and new
                     connections: clients see requests time out; heal() resets them
   reset_all()       every connection is closed with a TCP RST
@@ -78,6 +79,7 @@ class _Conn:
     extra_delay: float = 0.0  # client->broker only (slow_one)
     blackholed: bool = False
     tasks: list[asyncio.Task] = field(default_factory=list)
+    api_keys: set[int] = field(default_factory=set)  # request kinds seen on it
 
 
 def _rst(writer: asyncio.StreamWriter | None) -> None:
@@ -152,9 +154,14 @@ class Proxy:
     def delay(self, seconds: float) -> None:
         self._call(setattr, self, "delay_s", seconds)
 
-    def slow_one(self, seconds: float, rng: random.Random) -> int | None:
+    def slow_one(self, seconds: float, rng: random.Random,
+                 prefer_api: int | None = None) -> int | None:
+        """Hold back one connection's requests; one that carried `prefer_api` requests
+        (e.g. Produce) if there is such a connection."""
         def pick() -> int | None:
             live = [c for c in self.conns.values() if c.upstream is not None]
+            preferred = [c for c in live if prefer_api in c.api_keys]
+            live = preferred or live
             if not live:
                 return None
             conn = rng.choice(sorted(live, key=lambda c: c.cid))
@@ -221,7 +228,7 @@ class Proxy:
         queue: asyncio.Queue = asyncio.Queue()
         sender = asyncio.create_task(self._send(conn, queue, writer))
         last_due = 0.0
-        tap = _FrameTap() if self.request_log is not None else None
+        tap = _FrameTap() if upstream or self.request_log is not None else None
         try:
             while True:
                 data = await reader.read(CHUNK)
@@ -267,11 +274,14 @@ class Proxy:
         for size, head in frames:
             if upstream:
                 _, key, version, corr = _HEADER.unpack(head)
+                conn.api_keys.add(key)
+                if self.request_log is None:
+                    continue
                 name = BY_KEY[key].name if key in BY_KEY else f"api{key}"
                 self.request_log.write(f"{now:.3f} c{conn.cid} > {name} v{version} "
                                        f"corr={corr} bytes={size}"
                                        f"{' (blackholed)' if conn.blackholed else ''}\n")
-            else:
+            elif self.request_log is not None:
                 corr = struct.unpack_from(">i", head, 4)[0]
                 self.request_log.write(f"{now:.3f} c{conn.cid} < corr={corr} bytes={size}\n")
 

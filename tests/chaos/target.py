@@ -9,7 +9,8 @@ ephemeral port; restarts reuse it. The broker advertises the proxy's address, so
 Every fault is recorded in the history as {"f": "fault", "fault": ...}; a power loss also
 as {"f": "power_loss", before, after} with the log end offsets on each side. An exit the
 nemesis did not cause (`check_alive`) is recorded as fault "crash" with the log's tail, and
-the broker is restarted.
+the broker is restarted. `bugs` (faulty broker only) are injected into every broker process
+(faulty_broker.py's inject_bug: mutation tests of the suite itself).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class BrokerGone(Exception):
 class Target:
     def __init__(self, data_dir: Path, history: History, *, out_dir: Path,
                  faulty: bool = True, flush_mode: str = "fsync",
-                 overrides: dict[str, str] | None = None, request_log: bool = False) -> None:
+                 overrides: dict[str, str] | None = None, request_log: bool = False,
+                 bugs: tuple[str, ...] = ()) -> None:
         self.data_dir = Path(data_dir)
         self.history = history
         self.out_dir = Path(out_dir)
@@ -66,6 +68,7 @@ class Target:
         self.control_port: int | None = None
         self.recovered: dict[str, int] = {}
         self.ready_t = 0.0
+        self.bugs = tuple(bugs)  # faulty_broker inject_bug, into every broker process
         self.expect_exit = False
         self.paused = False
         self.starts = 0
@@ -111,6 +114,8 @@ class Target:
                 if time.monotonic() > deadline or "in use" not in tail:
                     raise RuntimeError(f"broker did not become ready:\n{tail}")
                 time.sleep(0.2)
+            for bug in self.bugs:
+                self.control("inject_bug", bug=bug)
             self.proxy.upstream_port = self.port
             self.expect_exit = False
             self.paused = False
@@ -232,10 +237,8 @@ class Target:
             raise BrokerGone("control socket closed")
         return json.loads(data)
 
-    def disk_fault(self, **faults) -> None:
-        self.history.record("nemesis", "info", "fault",
-                            fault="disk " + ",".join(k for k in faults if k != "path_filter"),
-                            **faults)
+    def disk_fault(self, name: str, **faults) -> None:
+        self.history.record("nemesis", "info", "fault", fault=name, **faults)
         self.control("fault", **faults)
 
     def clear_disk_faults(self, *, record: bool = True) -> None:

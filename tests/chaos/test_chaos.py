@@ -1,7 +1,8 @@
 """The CI profile of the chaos suite (runner.py's ci_profile): each scenario runs real
 clients against a broker subprocess behind the fault proxy while the seeded nemesis kills,
 pauses, resets, fills the disk, fails fsyncs and cuts power; then the checker judges the
-history and the final read of every topic.
+history and the final read of every topic. The mutation tests run the same pipeline against a
+broker with a bug injected on purpose and require the checker to catch it.
 
 Not flaky by construction: fixed seeds (the order and parameters of the faults), generous
 client timeouts, workloads that stop by themselves, and only safety is asserted (plus that
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.runner import ci_profile, run_scenario
+from tests.chaos.runner import ci_profile, mutation_profile, run_scenario
 from tests.javaclient import require_java
 
 SEEDS = {
@@ -37,3 +38,12 @@ def test_chaos_ci(scenario, tmp_path):
     assert injected >= 3, result.summary
     if any(w.startswith("copier") for w in scenario.workloads):
         assert ops["txn committed"] > 0, result.summary
+
+
+@pytest.mark.parametrize("scenario,expected", mutation_profile(),
+                         ids=lambda x: getattr(x, "name", ""))
+def test_chaos_catches_an_injected_broker_bug(scenario, expected, tmp_path):
+    """End to end, the suite is able to fail: against a broker made wrong on purpose
+    (faulty_broker.py's inject_bug) the checker reports the anomalies the bug causes."""
+    result = run_scenario(scenario, 7, tmp_path)
+    assert expected <= result.report.kinds(), "\n" + result.summary

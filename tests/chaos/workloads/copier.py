@@ -17,8 +17,8 @@ runner adds to the run's history.
 
 `CopierWorkload` (in the runner's process) seeds the input with N distinct integers through
 an idempotent producer, runs the copier processes (restarting those that die or that the
-nemesis kills), a read_committed watcher on the output, and ends once the group's committed
-offsets reach the end of the input.
+nemesis kills), a read_committed watcher on the output and a raw LSO prober of the output
+(lso_prober.py), and ends once the group's committed offsets reach the end of the input.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.chaos.history import History, read_events
@@ -52,6 +53,7 @@ from tests.chaos.workloads.common import (
     record_of,
     transactional_config,
 )
+from tests.chaos.workloads.lso_prober import probe_lso
 
 ROOT = Path(__file__).resolve().parents[3]
 SEND_OFFSETS_TIMEOUT_S = 15.0
@@ -236,11 +238,13 @@ def _exit(producer, consumer, code: int, *, close: bool = True) -> None:
 class CopierWorkload:
     """Seeder, copier processes (confluent-kafka or Java), watcher; see the module doc."""
 
-    def __init__(self, bootstrap: str, history: History, seed: int, *, out_dir: Path,
+    def __init__(self, bootstrap: str, direct: Callable[[], str], history: History, seed: int,
+                 *, out_dir: Path,
                  kind: str = "confluent", name: str = "copy", count: int = 6000,
                  input_partitions: int = 2, output_partitions: int = 3, copiers: int = 2,
                  seed_rate: float = 400.0, txn_size: int = 300, logger=None) -> None:
         self.bootstrap = bootstrap
+        self.direct = direct  # () -> the broker's own address, for the raw LSO prober
         self.history = history
         self.seed = seed
         self.out_dir = Path(out_dir)
@@ -277,7 +281,7 @@ class CopierWorkload:
 
     def start(self) -> None:
         self.stop_file.unlink(missing_ok=True)
-        for target in (self._seeder, self._watcher, self._supervisor):
+        for target in (self._seeder, self._watcher, self._supervisor, self._lso_prober):
             t = threading.Thread(target=guarded(self.errors, target),
                                  name=f"{self.name}-{target.__name__}", daemon=True)
             t.start()
@@ -420,6 +424,10 @@ class CopierWorkload:
         except Exception:  # noqa: BLE001 - broker restarting: not done yet
             return False
         return all(committed.get(p, -1) >= end for p, end in ends.items())
+
+    def _lso_prober(self) -> None:
+        probe_lso(self.direct, self.history, self.output, self.output_partitions,
+                  self.stop_event, interval_s=0.2)
 
     # -- the watcher ---------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ each recorded at invocation and completion:
 A fatal producer error ends that producer's session; the worker makes a new one (the new
 transactional producer fences the old). An `lso` prober reads the topic with raw
 read_committed fetches straight from the broker and records each response's last stable
-offset, high watermark and batches (the checker's undecided-read test).
+offset, high watermark and batches (lso_prober.py; the checker's undecided-read test).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from tests.chaos.workloads.common import (
     record_of,
     transactional_config,
 )
+from tests.chaos.workloads.lso_prober import probe_lso
 
 
 class QueueWorkload:
@@ -94,42 +95,8 @@ class QueueWorkload:
         finally:
             w.close()
 
-    # -- the LSO prober --------------------------------------------------------------------------
-
     def _lso_prober(self) -> None:
-        from protocol.records import iter_batches
-        from tests.kafka_wire import FETCH, KafkaWire, fetch_request
-
-        position = dict.fromkeys(range(self.partitions), 0)
-        wire = None
-        while not self.stop_event.wait(0.1):
-            try:
-                if wire is None:
-                    wire = KafkaWire.connect(self.direct(), timeout=3)
-                resp = wire.request(FETCH, 12, fetch_request(
-                    [(self.topic, p, position[p]) for p in range(self.partitions)],
-                    isolation_level=1, partition_max_bytes=256 * 1024))
-            except Exception:  # noqa: BLE001 - the broker is down or paused: try again
-                if wire is not None:
-                    wire.close()
-                wire = None
-                continue
-            t = time.time()
-            for topic in resp.responses:
-                for part in topic.partitions:
-                    if part.error_code:
-                        continue
-                    data = bytes(part.records or b"")
-                    batches = [[h.base_offset, h.last_offset, h.producer_id,
-                                h.is_transactional, h.is_control] for h in iter_batches(data)]
-                    self.history.record("lso", "ok", "lso", t=t, topic=self.topic,
-                                        partition=part.partition_index,
-                                        lso=part.last_stable_offset, hw=part.high_watermark,
-                                        batches=batches)
-                    # next time start a little below the LSO: the interesting region
-                    position[part.partition_index] = max(0, part.last_stable_offset - 20)
-        if wire is not None:
-            wire.close()
+        probe_lso(self.direct, self.history, self.topic, self.partitions, self.stop_event)
 
 
 class _Worker:
