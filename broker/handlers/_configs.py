@@ -274,3 +274,21 @@ def duplicate_resources(resources) -> set[tuple[int, str]]:
         key = (r.resource_type, r.resource_name)
         (duplicates if key in seen else seen).add(key)
     return duplicates
+
+
+def alter_each(resources, alter) -> list[tuple[object, int, str | None]]:
+    """Run ``alter(resource)`` for every resource named once; ``(resource, code, message)``
+    per resource (a resource named twice fails with INVALID_REQUEST, as in Kafka)."""
+    duplicates = duplicate_resources(resources)
+    outcomes = []
+    for resource in resources:
+        code, message = Error.NONE, None
+        if (resource.resource_type, resource.resource_name) in duplicates:
+            code, message = Error.INVALID_REQUEST, "Each resource must appear at most once."
+        else:
+            try:
+                alter(resource)
+            except KafkaError as e:
+                code, message = e.code, e.message
+        outcomes.append((resource, code, message))
+    return outcomes

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from broker.handlers._configs import (
     ResourceType,
+    alter_each,
     check_alter_entries,
     check_broker_resource_name,
     check_resource_type,
-    duplicate_resources,
     refuse_broker_changes,
     replace_topic_overrides,
 )
-from protocol.errors import Error, KafkaError
+from protocol.errors import Error
 from protocol.messages.alter_configs_request import AlterConfigsRequest, AlterConfigsResource
 from protocol.messages.alter_configs_response import (
     AlterConfigsResourceResponse,
@@ -45,20 +45,10 @@ def _alter(ctx, resource: AlterConfigsResource, validate_only: bool) -> None:
 
 
 async def handle(ctx, req: AlterConfigsRequest) -> AlterConfigsResponse:
-    duplicates = duplicate_resources(req.resources)
-    responses = []
-    for resource in req.resources:
-        code, message = Error.NONE, None
-        if (resource.resource_type, resource.resource_name) in duplicates:
-            code, message = Error.INVALID_REQUEST, "Each resource must appear at most once."
-        else:
-            try:
-                _alter(ctx, resource, req.validate_only)
-            except KafkaError as e:
-                code, message = e.code, e.message
-        responses.append(AlterConfigsResourceResponse(
-            error_code=code, error_message=message, resource_type=resource.resource_type,
-            resource_name=resource.resource_name))
+    outcomes = alter_each(req.resources, lambda r: _alter(ctx, r, req.validate_only))
+    responses = [AlterConfigsResourceResponse(
+        error_code=code, error_message=message, resource_type=resource.resource_type,
+        resource_name=resource.resource_name) for resource, code, message in outcomes]
     return AlterConfigsResponse(responses=responses)
 
 
