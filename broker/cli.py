@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from broker.config import BrokerConfig, ConfigError, load_config
+from storage.fs import MetadataFileError
 
 log = logging.getLogger("broker")
 
@@ -53,6 +54,9 @@ async def _serve(config: BrokerConfig) -> int:
         await broker.start()
     except OSError as e:
         print(f"semel: {e.strerror or e}", file=sys.stderr)
+        return 1
+    except MetadataFileError as e:
+        print(f"semel: {e}", file=sys.stderr)
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.errors import Error, KafkaError
-from storage.fs import RealFileSystem
+from storage.fs import MetadataFileError, RealFileSystem
 
 log = logging.getLogger("coordinator.producer_id")
 
@@ -116,7 +116,7 @@ class ProducerIdManager:
         try:
             self._latest = ProducerIdBlock.decode(self.fs.read_file(self.path))
         except ValueError as exc:
-            raise RuntimeError(
+            raise MetadataFileError(
                 f"{self.path}: {exc}; refusing to start (producer ids could repeat)"
             ) from None
 

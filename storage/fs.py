@@ -21,6 +21,12 @@ from collections import Counter
 from pathlib import Path
 
 
+class MetadataFileError(RuntimeError):
+    """A broker metadata file (topic list, meta.properties, producer id block) that cannot be
+    read. The broker refuses to start rather than guess: guessing could drop topics or hand
+    out a producer id twice. The message names the file and what is wrong with it."""
+
+
 class FileHandle:
     """An open file: positional reads and writes on a raw descriptor."""
 

@@ -42,7 +42,7 @@ import msgspec
 
 from protocol.errors import Error, KafkaError
 from storage.config import LogConfig
-from storage.fs import RealFileSystem
+from storage.fs import MetadataFileError, RealFileSystem
 from storage.partition_log import PartitionLog, partition_dir_name
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from storage.recovery import open_partition_log
@@ -296,13 +296,19 @@ class LogManager:
         path = self._path(META_PROPERTIES)
         if self.fs.exists(path):
             props = {}
-            for line in self.fs.read_file(path).decode("utf-8").splitlines():
+            try:
+                text = self.fs.read_file(path).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MetadataFileError(f"{path}: not a meta.properties file ({exc})") from None
+            for line in text.splitlines():
                 line = line.strip()
                 if line and not line.startswith(("#", "!")) and "=" in line:
                     key, _, value = line.partition("=")
                     props[key.strip()] = value.strip()
             if props.get("version") != "1" or not props.get("cluster.id"):
-                raise RuntimeError(f"{path}: not a version 1 meta.properties with a cluster.id")
+                raise MetadataFileError(
+                    f"{path}: not a version 1 meta.properties with a cluster.id"
+                )
             self.cluster_id = props["cluster.id"]
             self.directory_id = props.get("directory.id", "")
             return
@@ -322,7 +328,13 @@ class LogManager:
         self._topic_configs.clear()
         if not self.fs.exists(path):
             return
-        stored = msgspec.json.decode(self.fs.read_file(path), type=_TopicsFile)
+        try:
+            stored = msgspec.json.decode(self.fs.read_file(path), type=_TopicsFile)
+        except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+            raise MetadataFileError(
+                f"{path}: unreadable topic metadata ({exc}); refusing to start (the topics it "
+                "lists would be lost). Restore the file from a backup of the data directory."
+            ) from None
         for info in stored.topics:
             self.topics[info.name] = info
             self._by_id[info.topic_id] = info

@@ -81,3 +81,39 @@ def test_ready_line_sigterm_and_restart(tmp_path: Path) -> None:
             assert resp.responses[0].partitions[0].high_watermark == 2
     finally:
         again.stop()
+
+
+@pytest.mark.parametrize(("name", "damage", "reason"), [
+    ("__semel_topics.json", lambda b: b[: len(b) // 2], "unreadable topic metadata"),
+    ("__semel_topics.json", lambda b: b'{"version": 1, "topics": [{"name": 5}]}',
+     "unreadable topic metadata"),
+    ("producer_id_block.json", lambda b: b[:-3], "producer ids could repeat"),
+    ("meta.properties", lambda b: b"\xff\xfe" + b, "meta.properties"),
+    ("meta.properties", lambda b: b"version=1\n", "cluster.id"),
+])
+def test_damaged_metadata_file_is_one_line_and_kept(tmp_path: Path, name, damage,
+                                                     reason) -> None:
+    """A metadata file torn by a crash on lying hardware (or edited by hand): the broker
+    refuses to start with a one-line reason naming the file, and leaves the file and the
+    data as they were for the operator."""
+    data = tmp_path / "d"
+    proc = BrokerProcess(data).start()
+    try:
+        with KafkaWire.connect(proc.bootstrap) as wire:
+            assert create_topic(wire, "t") == 0
+        assert proc.stop() == 0
+    finally:
+        proc.kill()
+    path = data / name
+    damaged = damage(path.read_bytes())
+    path.write_bytes(damaged)
+    segment = data / "t-0" / "00000000000000000000.log"
+    before = segment.read_bytes()
+    result = serve("--data-dir", str(data), "--port", "0")
+    assert result.returncode == 1
+    lines = [x for x in result.stderr.strip().splitlines() if "Traceback" in x
+             or x.startswith("semel: ")]
+    assert len(lines) == 1 and lines[0].startswith("semel: "), result.stderr
+    assert name in lines[0] and reason in lines[0]
+    assert "ready" not in result.stdout
+    assert path.read_bytes() == damaged and segment.read_bytes() == before
