@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Self
 
 from broker.config import BrokerConfig
 from broker.connection import Connection
@@ -150,7 +151,7 @@ class Broker:
             await self._server.wait_closed()
             self._server = None
 
-    async def __aenter__(self) -> Broker:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Self
 
 from broker.config import load_config
 
@@ -85,7 +86,7 @@ class BrokerThread:
         self._thread.join(30)
         self.broker = None
 
-    def __enter__(self) -> BrokerThread:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -149,7 +150,7 @@ class BrokerProcess:
                 self.kill()
         return self.proc.returncode
 
-    def __enter__(self) -> BrokerProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
