@@ -174,11 +174,14 @@ def wire_run(idempotent: bool, flush_mode: str, requests: int, records: int) -> 
 
 
 def alternate(measure, rounds: int) -> tuple[list, list]:
-    plain, idem = [], []
-    for _ in range(rounds):
-        plain.append(measure(False))
-        idem.append(measure(True))
-    return plain, idem
+    """A B B A ...: neither side always runs second. Dirty pages are written back before
+    every run (os.sync, untimed), so one run's writeback never lands on the next."""
+    results: dict[bool, list] = {False: [], True: []}
+    for n in range(rounds):
+        for idempotent in (False, True) if n % 2 == 0 else (True, False):
+            os.sync()
+            results[idempotent].append(measure(idempotent))
+    return results[False], results[True]
 
 
 def main() -> None:

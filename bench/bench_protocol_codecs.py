@@ -15,13 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import crc32c  # noqa: E402
+import crc32c
 
-from protocol import api  # noqa: E402
-from protocol.frame import encode_request_header, parse_request_header  # noqa: E402
-from protocol.messages import fetch_response as fr  # noqa: E402
-from protocol.messages import produce_request as pr  # noqa: E402
-from protocol.records import BatchHeader, build_batch  # noqa: E402
+from protocol import api
+from protocol.frame import encode_request_header, parse_request_header
+from protocol.messages import fetch_response as fr
+from protocol.messages import produce_request as pr
+from protocol.records import BatchHeader, build_batch
 
 
 def best_ns(fn, number: int) -> float:
@@ -39,7 +39,7 @@ def main() -> None:
     hv = api.request_header_version(0, 9)
 
     def decode_produce() -> None:
-        header, pos = parse_request_header(view, hv)
+        _header, pos = parse_request_header(view, hv)
         msg, _ = pr.decode(9, view, pos)
         BatchHeader(msg.topic_data[0].partition_data[0].records)
 

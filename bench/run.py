@@ -47,6 +47,10 @@ SMOKE_WORKLOADS = ("startup", "produce-1k-1p")
 def round_workloads(sizes: Sizes) -> dict:
     """The per-round workloads: name -> function(broker, log_dir) -> metrics."""
     mif5 = {"max.in.flight.requests.per.connection": 5}
+    # librdkafka's idempotent (and so transactional) producer keeps at most one Produce request
+    # in flight per partition whatever max.in.flight says (its stats: waitresp_cnt <= 1;
+    # confluentinc/librdkafka#4989), so plain-mif1 is the plain run with the same pipelining
+    mif1 = {"max.in.flight.requests.per.connection": 1}
     return {
         "produce-1k-1p": lambda b, d: workloads.produce(b, d, size=1024, producers=1,
                                                         mb=sizes.produce_mb_1k),
@@ -58,6 +62,8 @@ def round_workloads(sizes: Sizes) -> dict:
                                                           mb=sizes.produce_mb_100b),
         "plain-mif5": lambda b, d: workloads.produce(b, d, size=1024, producers=1,
                                                      mb=sizes.produce_mb_1k, config=mif5),
+        "plain-mif1": lambda b, d: workloads.produce(b, d, size=1024, producers=1,
+                                                     mb=sizes.produce_mb_1k, config=mif1),
         "idempotent": lambda b, d: workloads.produce(
             b, d, size=1024, producers=1, mb=sizes.produce_mb_1k,
             config={**mif5, "enable.idempotence": True}),
@@ -94,6 +100,7 @@ class Bench:
             return None
         t0 = time.monotonic()
         entry = {"round": rnd, "workload": workload, "target": target.name}
+        os.sync()  # the previous run's dirty pages are written back now, not during this one
         try:
             entry["metrics"] = fn()
         except (ClientFailed, RuntimeError, OSError) as e:
@@ -138,8 +145,11 @@ class Bench:
     def rounds_phase(self) -> None:
         table = {k: v for k, v in round_workloads(self.sizes).items() if k in self.selected}
         for rnd in range(1, self.rounds + 1):
+            # the targets take turns going first, so no broker always follows the same one
+            shift = (rnd - 1) % len(self.targets)
+            targets = self.targets[shift:] + self.targets[:shift]
             for name, fn in table.items():
-                for target in self.targets:
+                for target in targets:
                     self.record(name, target, rnd,
                                 self.on_broker(target, lambda b, f=fn: f(b, self.log_dir)))
 
