@@ -18,7 +18,8 @@ CHAOS_ARGS ?=
 $(VPY):
 	$(PY) -m venv $(VENV)
 
-# Byte-compile our packages once: start-up stays fast even where PYTHONDONTWRITEBYTECODE is set
+# Byte-compile our packages (only what changed) before anything starts brokers: start-up stays
+# fast even where PYTHONDONTWRITEBYTECODE is set
 COMPILE := $(VPY) -m compileall -q broker protocol storage coordinator
 
 $(VENV)/.installed: pyproject.toml | $(VPY)
@@ -45,11 +46,13 @@ jars: | $(VPY)
 test-deps: $(VENV)/.installed-test jars
 
 test: test-deps
+	@$(COMPILE)
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 # long chaos run (tests/chaos/README.md): CHAOS_DURATION seconds of mixed faults, then the
 # checker; histories under tests/chaos/out/
 chaos: test-deps
+	@$(COMPILE)
 	$(VPY) -m tests.chaos.runner --profile long --duration $(CHAOS_DURATION) $(CHAOS_ARGS)
 
 $(VENV)/.installed-bench: pyproject.toml | $(VPY)
@@ -60,6 +63,7 @@ $(VENV)/.installed-bench: pyproject.toml | $(VPY)
 # writes docs/BENCHMARKS.md and docs/benchmarks.png, raw results under bench/results/.
 # BENCH_ARGS=--quick for a run of a few minutes, BENCH_ARGS=--smoke for a few seconds.
 bench: $(VENV)/.installed-bench
+	@$(COMPILE)
 	$(VPY) bench/run.py $(BENCH_ARGS)
 
 protocol: $(VENV)/.installed-specs jars
