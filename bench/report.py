@@ -22,6 +22,23 @@ COLORS = {"semel-fsync": "#1f77b4", "semel-none": "#6baed6", "tansu": "#d62728",
           "peer": "#d62728"}
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(all CPU ticks, stolen ticks) from /proc/stat: steal is time a VM's CPUs wanted to
+    run and the hypervisor gave to someone else, invisible to the load average."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields[:8]), fields[7] if len(fields) > 7 else 0
+
+
+def steal_pct(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
+    if start is None or end is None or end[0] <= start[0]:
+        return None
+    return 100.0 * (end[1] - start[1]) / (end[0] - start[0])
+
+
 def machine_info() -> dict:
     cpu_model = ""
     with open("/proc/cpuinfo") as f:
@@ -239,7 +256,9 @@ def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
         f"- CPU: {info['cpu_model']}, {info['cores']} cores; RAM {info['ram_gib']} GiB",
         f"- Kernel {info['kernel']}; Python {info['python']}; clients: {info['client']}",
         f"- semel commit {info['semel_commit']}; peer: {peer_label}",
-        f"- load average at start {info['loadavg_start']}, at end {info['loadavg_end']}",
+        f"- load average at start {info['loadavg_start']}, at end {info['loadavg_end']}"
+        + (f"; CPU time stolen by the hypervisor during the run: {info['steal_pct']:.0f}%"
+           if info.get("steal_pct") is not None else ""),
         "",
         "## Results",
         "",

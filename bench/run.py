@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     info = report.machine_info()
     info["loadavg_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    ticks_start = report.cpu_ticks()
     print(f"bench {profile}: {rounds} rounds, targets {[t.name for t in targets]}, "
           f"results in {out_dir}", flush=True)
 
@@ -306,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             bench.profile_phase(semel_none, semel_fsync)
     info["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    info["steal_pct"] = report.steal_pct(ticks_start, report.cpu_ticks())
     bench.meta["info"] = info
     bench.save()
     agg, failures = render(out_dir, write_docs=not args.no_docs and not args.smoke)
