@@ -44,7 +44,7 @@ def kafka_python_dir() -> Path:
     if version != KAFKA_PYTHON_VERSION:
         raise SpecSourceMissing(f"kafka-python {version} installed, specs pinned to "
                                 f"{KAFKA_PYTHON_VERSION}")
-    import kafka.protocol  # noqa: PLC0415 - only needed at generation time
+    import kafka.protocol
 
     path = Path(kafka.protocol.__file__).parent / "schemas" / "resources"
     if not path.is_dir():
@@ -61,7 +61,7 @@ def kafka_clients_jar() -> Path:
         if path.is_file():
             with zipfile.ZipFile(path) as jar:
                 props = jar.read("kafka/kafka-version.properties").decode()
-            m = re.search(r"^version=(.+)$", props, re.M)
+            m = re.search(r"^version=(.+)$", props, re.MULTILINE)
             if not m or m.group(1).strip() != KAFKA_CLIENTS_VERSION:
                 raise SpecSourceMissing(f"{path} is not kafka-clients {KAFKA_CLIENTS_VERSION}")
             return path
