@@ -14,8 +14,15 @@ of the broker's lowest CPU cost per GB: on a shared machine noise only ever slow
 3. librdkafka (`--librdkafka`): bench/broker_throughput.py with enable.idempotence off/on.
    On a small machine this mostly measures librdkafka: its idempotence bookkeeping about
    doubles the client's CPU, which competes with the broker for the same cores.
+4. paired librdkafka (`--paired N`): one broker per flush mode, N pairs of back-to-back runs
+   (A B, then B A) of a plain producer with max.in.flight=1 and an idempotent producer
+   (librdkafka keeps one Produce request in flight per partition when idempotent,
+   librdkafka#4989, so both pipeline alike). Each pair's ratio is taken from two runs
+   seconds apart, which cancels the slow drift of a shared VM (CPU steal comes and goes
+   over minutes); the median of the pair ratios is reported, with broker CPU per GB too.
 
-Run: ``python bench/bench_idempotent.py [--rounds 5] [--requests 1500] [--librdkafka]``.
+Run: ``python bench/bench_idempotent.py [--rounds 5] [--requests 1500] [--librdkafka]``, or
+``python bench/bench_idempotent.py --paired 15 [--mib 256] [--modes none,fsync]``.
 """
 
 from __future__ import annotations
@@ -170,6 +177,52 @@ def wire_run(idempotent: bool, flush_mode: str, requests: int, records: int) -> 
         subprocess.run(["rm", "-rf", data_dir], check=False)
 
 
+# -- 4. paired librdkafka ---------------------------------------------------------------------------
+
+
+def paired_librdkafka(flush_mode: str, pairs: int, mb: int) -> dict:
+    from bench import workloads
+    from bench.brokers import SemelTarget
+
+    log_dir = Path(tempfile.mkdtemp(prefix="semel-bench-logs-"))
+    plain_config = {"max.in.flight.requests.per.connection": 1}
+    idem_config = {"max.in.flight.requests.per.connection": 5, "enable.idempotence": True}
+    broker = SemelTarget(flush_mode).start(log_dir)
+    ratios, cpu_ratios, runs = [], [], {False: [], True: []}
+    try:
+        for n in range(pairs):
+            pair = {}
+            for idempotent in (False, True) if n % 2 == 0 else (True, False):
+                os.sync()
+                pair[idempotent] = result = workloads.produce(
+                    broker, log_dir, size=1024, producers=1, mb=mb,
+                    config=idem_config if idempotent else plain_config)
+                runs[idempotent].append(result)
+                workloads.delete_topic(broker.bootstrap, result["topic"])
+            ratios.append(pair[True]["MBps"] / pair[False]["MBps"])
+            cpu_ratios.append(pair[False]["broker_cpu_s_per_GB"]
+                              / pair[True]["broker_cpu_s_per_GB"])
+    finally:
+        broker.stop()
+        subprocess.run(["rm", "-rf", str(log_dir)], check=False)
+
+    def median_of(idempotent: bool, key: str) -> float:
+        return round(statistics.median(r[key] for r in runs[idempotent]), 2)
+
+    return {
+        "bench": "librdkafka-paired", "flush_mode": flush_mode, "pairs": pairs, "mb": mb,
+        "plain_mif1_MBps_median": median_of(False, "MBps"),
+        "idempotent_MBps_median": median_of(True, "MBps"),
+        "ratio_median_of_pairs": round(statistics.median(ratios), 3),
+        "ratio_quartiles": [round(q, 3) for q in statistics.quantiles(ratios, n=4)],
+        "broker_cpu_s_per_GB_plain": median_of(False, "broker_cpu_s_per_GB"),
+        "broker_cpu_s_per_GB_idempotent": median_of(True, "broker_cpu_s_per_GB"),
+        "cpu_ratio_median_of_pairs": round(statistics.median(cpu_ratios), 3),
+        "client_cpu_s_per_GB_plain": median_of(False, "client_cpu_s_per_GB"),
+        "client_cpu_s_per_GB_idempotent": median_of(True, "client_cpu_s_per_GB"),
+    }
+
+
 # -- driver ---------------------------------------------------------------------------------------
 
 
@@ -192,6 +245,8 @@ def main() -> None:
     parser.add_argument("--modes", default="none,fsync")
     parser.add_argument("--librdkafka", action="store_true")
     parser.add_argument("--mib", type=int, default=256, help="librdkafka run size")
+    parser.add_argument("--paired", type=int, metavar="N",
+                        help="only the paired librdkafka measurement, N pairs per mode")
     parser.add_argument("--json")
     args = parser.parse_args()
     results = []
@@ -199,6 +254,13 @@ def main() -> None:
     def emit(r: dict) -> None:
         print(json.dumps(r), flush=True)
         results.append(r)
+
+    if args.paired:
+        for mode in args.modes.split(","):
+            emit(paired_librdkafka(mode, args.paired, args.mib))
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+        return
 
     for records_per_batch, value_size, batches in ((1, 100, 100_000), (100, 1024, 4_000)):
         plain, idem = alternate(

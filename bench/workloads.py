@@ -57,6 +57,14 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     raise RuntimeError(f"topic {name} has no leaders after creation")
 
 
+def delete_topic(bootstrap: str, name: str) -> None:
+    """Drop a measured topic, so a long series of runs on one broker does not fill the disk."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([name], operation_timeout=30)[name].result(60)
+
+
 def topic_name(kind: str) -> str:
     return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
 
