@@ -25,8 +25,10 @@ Anomalies (each reported with a count and examples):
   hanging_transaction  at the final read, transactional data has no deciding marker
   torn_transaction     some but not all writes of a committed transaction are visible
   inconsistent_offset  one offset of a partition observed with two different records
-  non_monotonic        a producer session's records in one partition out of send order, or
-                       a consumer going back in a partition without seeking
+  non_monotonic        a producer session's records in one partition out of send order, a
+                       write acknowledged before another was sent (any producer or session)
+                       at a higher offset than it, or a consumer going back in a partition
+                       without seeking
   copier_mismatch      a copier's committed output is not exactly its input
 
 Power loss (`power_loss` events): with log.flush.mode=fsync nothing acknowledged may go;
@@ -64,7 +66,8 @@ ANOMALY_TYPES = (
     "copier_mismatch",
 )
 # a read completing this close before its transaction's commit was invoked is not counted
-# as undecided (Java's clock has millisecond resolution)
+# as undecided, nor an acknowledgement this close before another send as preceding it
+# (Java's clock has millisecond resolution)
 CLOCK_SLACK_S = 0.005
 MAX_EXAMPLES = 5
 # flush none: a consumer may hand out records it prefetched from the broker that lost power
@@ -712,6 +715,29 @@ class Checker:
                                     earlier=prev[1].value, earlier_offset=prev[0],
                                     later=w.value, later_offset=offset)
                 last[tp] = (offset, w)
+        # real time, across sessions and producers: a write acknowledged before another
+        # was even sent sits at a lower offset of their partition (appended before it)
+        placed: dict[TP, list[tuple[int, Write]]] = defaultdict(list)
+        for writes in self.writes.values():
+            for w in writes:
+                place = first_at.get(w.key)
+                if place is not None and w.status == "ok" and w.complete_t is not None:
+                    placed[place[0]].append((place[1], w))
+        for tp, ordered in placed.items():
+            ordered.sort(key=lambda x: x[0])
+            sent_last: tuple[int, Write] | None = None  # at a lower offset, sent the latest
+            for offset, w in ordered:
+                if (sent_last is not None
+                        and w.complete_t + CLOCK_SLACK_S < sent_last[1].invoke_t):
+                    self.report.add(
+                        "non_monotonic", "a write acknowledged before another was sent is at "
+                        "a higher offset than it", partition=tp_name(tp),
+                        acknowledged=w.value, acknowledged_by=w.producer, offset=offset,
+                        ack_t=round(w.complete_t, 3), sent_later=sent_last[1].value,
+                        sent_later_by=sent_last[1].producer, its_offset=sent_last[0],
+                        sent_t=round(sent_last[1].invoke_t, 3))
+                if sent_last is None or w.invoke_t > sent_last[1].invoke_t:
+                    sent_last = (offset, w)
         # consumers: strictly increasing offsets per partition between seeks
         resets: dict[str, list[tuple[float, set[TP] | None]]] = defaultdict(list)
         for e in self.seeks:

@@ -537,3 +537,31 @@ def test_every_anomaly_type_has_a_detecting_test(kind):
 
     source = inspect.getsource(sys.modules[__name__])
     assert f'"{kind}"' in source
+
+
+def test_write_acknowledged_before_another_was_sent_must_precede_it():
+    """Across producers (and sessions): "a" was acknowledged before "b" was sent, so "b"
+    cannot have been appended first."""
+    h = H()
+    h.send("a", offset=1, producer="s1", p="w1")
+    h.send("b", offset=0, producer="s2", p="w2")
+    h.data(T0, 0, "b")
+    h.data(T0, 1, "a")
+    h.committed_from_log()
+    report = h.check()
+    only(report, "non_monotonic")
+    assert report.anomalies["non_monotonic"][0].example["acknowledged"] == "a"
+
+
+def test_concurrent_writes_of_two_producers_may_land_in_either_order():
+    h = H()
+    h.ev("w1", "invoke", "send", id=101, topic="t", value="a", key=None, producer="s1",
+         txn=None, partition=0)
+    h.ev("w2", "invoke", "send", id=102, topic="t", value="b", key=None, producer="s2",
+         txn=None, partition=0)
+    h.ev("w1", "ok", "send", id=101, partition=0, offset=1)
+    h.ev("w2", "ok", "send", id=102, partition=0, offset=0)
+    h.data(T0, 0, "b")
+    h.data(T0, 1, "a")
+    h.committed_from_log()
+    assert h.check().ok
