@@ -543,6 +543,7 @@ class LogManager:
             if plog is not None:
                 plog.close(flush=False)
                 self._doom_dir(plog.dir)
+                self._on_high_watermark(plog)  # parked fetches re-read and find it closed
         with contextlib.suppress(OSError):
             self.fs.fsync_dir(self.data_dir)
         log.info("deleted topic %s", name)

@@ -9,7 +9,7 @@ import pytest
 from broker.testing import BrokerThread
 from protocol.errors import Error
 from protocol.primitives import ZERO_UUID
-from tests.kafka_wire import KafkaWire, message, records_batch
+from tests.kafka_wire import KafkaWire, fetch_request, message, records_batch
 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, ALTER_CONFIGS = 19, 20, 32, 33
 DESCRIBE_LOG_DIRS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 35, 37, 44
@@ -140,6 +140,23 @@ def test_delete_by_id_and_the_v6_checks(wire, broker):
         (None, c_id, Error.INVALID_REQUEST),
     ]
     assert set(broker.broker.log_manager.topics) == {"b", "c"}
+
+
+def test_delete_answers_a_fetch_parked_on_the_topic(wire, bootstrap):
+    """A long-poll fetch waiting on a topic that gets deleted is answered at once with
+    UNKNOWN_TOPIC_OR_PARTITION, not after its max wait (here far beyond the socket timeout,
+    so a fetch left parked fails the test)."""
+    create_topics(wire, creatable("gone"))
+    with KafkaWire.connect(bootstrap) as fetcher:
+        fetcher.sock.settimeout(20)
+        fetcher.send(1, 12, fetch_request([("gone", 0, 0)], max_wait_ms=600_000))
+        # the fetch is parked before the deletion: a metadata round trip on its connection
+        # would queue behind it, so give the broker a moment on the other one first
+        wire.request(18, 3, message(18, "request"))
+        results = wire.request(DELETE_TOPICS, 5, delete_request(names=["gone"])).responses
+        assert [r.error_code for r in results] == [Error.NONE]
+        fetched = fetcher.receive()
+    assert fetched.responses[0].partitions[0].error_code == Error.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_delete_duplicate_names_by_version(wire, broker):
