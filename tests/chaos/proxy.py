@@ -102,6 +102,7 @@ class Proxy:
         self.conns: dict[int, _Conn] = {}
         self.stats = {"connections": 0, "resets": 0, "slowed": 0}
         self._ids = 0
+        self._tasks: set[asyncio.Task] = set()  # the loop keeps only weak references
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
@@ -133,7 +134,9 @@ class Proxy:
             self._server.close()
             for conn in list(self.conns.values()):
                 self._close(conn, rst=True)
-            await asyncio.sleep(0)
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -219,14 +222,21 @@ class Proxy:
             return
         conn.upstream = up_writer
         conn.tasks = [
-            asyncio.create_task(self._pump(conn, reader, up_writer, upstream=True)),
-            asyncio.create_task(self._pump(conn, up_reader, writer, upstream=False)),
+            self._task(self._pump(conn, reader, up_writer, upstream=True)),
+            self._task(self._pump(conn, up_reader, writer, upstream=False)),
         ]
+
+    def _task(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _pump(self, conn: _Conn, reader: asyncio.StreamReader,
                     writer: asyncio.StreamWriter, *, upstream: bool) -> None:
         queue: asyncio.Queue = asyncio.Queue()
-        sender = asyncio.create_task(self._send(conn, queue, writer))
+        sender = self._task(self._send(conn, queue, writer))
+        conn.tasks.append(sender)  # cancelled with the pumps when the connection closes
         last_due = 0.0
         tap = _FrameTap() if upstream or self.request_log is not None else None
         try:
