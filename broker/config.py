@@ -362,6 +362,13 @@ class BrokerConfig:
     )
     group_min_session_timeout_ms: int = _int(6000, "Smallest session timeout a member may ask.")
     group_max_session_timeout_ms: int = _int(1800000, "Largest session timeout a member may ask.")
+    group_max_size: int = _int(
+        INT32_MAX, "Most members a group may have; a join beyond it gets GROUP_MAX_SIZE_REACHED.",
+        lo=1,
+    )
+    offset_metadata_max_bytes: int = _int(
+        4096, "Longest metadata string of a committed offset (else OFFSET_METADATA_TOO_LARGE)."
+    )
     offsets_topic_num_partitions: int = _int(
         50, "Partitions of __consumer_offsets (fixed once created).", lo=1
     )

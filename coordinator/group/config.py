@@ -1,9 +1,8 @@
 """Settings of the group coordinator, with Kafka's defaults.
 
-Built from the broker's ``group.*`` / ``offsets.*`` properties by ``from_broker_config``;
-settings the broker does not expose keep Kafka's defaults (group.max.size,
-offset.metadata.max.bytes, the 5-minute join timeout for new members,
-offsets.topic.segment.bytes).
+Built from the broker's ``group.*`` / ``offset(s).*`` properties by ``from_broker_config``;
+settings the broker does not expose keep Kafka's defaults (the 5-minute join timeout for new
+members, offsets.topic.segment.bytes).
 """
 
 from __future__ import annotations
@@ -32,6 +31,8 @@ class GroupConfig:
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
+            max_size=config.group_max_size,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
             offsets_topic_num_partitions=config.offsets_topic_num_partitions,

@@ -399,3 +399,19 @@ def test_graceful_stop_answers_parked_joins_with_not_coordinator(tmp_path):
             assert parked.error_code == Error.NOT_COORDINATOR
     finally:
         b.stop()
+
+
+def test_group_max_size_and_offset_metadata_max_bytes_properties(tmp_path):
+    overrides = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1",
+                 "group.max.size": "1", "offset.metadata.max.bytes": "4"}
+    with BrokerThread(tmp_path / "data", overrides) as b:
+        make_topic(b, "t", 1)
+        with KafkaWire.connect(b.bootstrap) as w1, KafkaWire.connect(b.bootstrap) as w2:
+            a, _ = join(w1, "g")
+            sync(w1, "g", a, 1, {a: b"all"})
+            first = w2.request(JOIN_GROUP, 9, join_request("g"))  # member id required first
+            second = w2.request(JOIN_GROUP, 9, join_request("g", first.member_id))
+            assert second.error_code == Error.GROUP_MAX_SIZE_REACHED
+            assert commit(w1, "simple", {("t", 0): 1}, metadata="1234") == {("t", 0): 0}
+            assert commit(w1, "simple", {("t", 0): 2}, metadata="12345") == {
+                ("t", 0): Error.OFFSET_METADATA_TOO_LARGE}
