@@ -453,6 +453,8 @@ class PartitionLog:
                         producer_epoch, header[11], header.last_sequence
                     )
                     if duplicate is not None:
+                        if header.is_transactional and entry.transaction_ended_after(duplicate):
+                            raise self._reused_sequence(header, duplicate)
                         return duplicate
             # issue 6: Kafka refuses here a transactional batch of a producer without an
             # ongoing transaction on this partition unless the coordinator verified it
@@ -484,6 +486,20 @@ class PartitionLog:
                     header.is_transactional,
                 )
         return staged
+
+    def _reused_sequence(self, header: BatchHeader, duplicate: BatchMetadata) -> KafkaError:
+        """A transactional batch repeating the sequences of a batch whose transaction has
+        already ended. A client retries a batch only until its transaction ends (EndTxn
+        waits for every send, an abort drops unsent ones), so this is a new batch with
+        reused sequence numbers: librdkafka does that after an abort that dropped a batch it
+        had already sent once. Kafka answers it as a duplicate, which acknowledges records it
+        never writes; semel refuses it, which makes the client abort and bump its epoch."""
+        return KafkaError(
+            Error.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"Sequences {header[11]}..{header.last_sequence} of producer {header[9]} (epoch "
+            f"{header[10]}) in {self.topic_partition} were already used by the batch at offset "
+            f"{duplicate.first_offset}, whose transaction has ended: sequence numbers reused",
+        )
 
     def _append_marker(
         self,

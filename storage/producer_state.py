@@ -217,6 +217,12 @@ class ProducerStateEntry:
                 return batch
         return None
 
+    def transaction_ended_after(self, batch: BatchMetadata) -> bool:
+        """Whether the transaction `batch` was written in (if any) has its marker already:
+        no transaction is ongoing here, or the ongoing one started after `batch`."""
+        ongoing = self.current_txn_first_offset
+        return ongoing == NO_OFFSET or ongoing > batch.first_offset
+
     def __repr__(self) -> str:
         return (
             f"ProducerStateEntry(producer_id={self.producer_id}, "

@@ -221,6 +221,38 @@ def test_duplicate_detection_needs_the_same_epoch(tmp_path):
     assert error_of(plog, batch(0, epoch=0)) == Error.INVALID_PRODUCER_EPOCH
 
 
+def test_transactional_retry_is_a_duplicate_while_its_transaction_is_open(tmp_path):
+    plog = open_log(tmp_path)
+    first = plog.append(batch(0, 2, txn=True))
+    again = plog.append(batch(0, 2, txn=True))
+    assert again.duplicate and again.base_offset == first.base_offset
+
+
+@pytest.mark.parametrize("commit", [False, True])
+def test_sequences_of_an_ended_transaction_are_not_reused(tmp_path, commit):
+    """librdkafka, after aborting a transaction whose batch it had sent once and then
+    dropped, starts the next transaction at that batch's sequence in the same epoch. Kafka
+    answers that as a duplicate and the new records are acknowledged but never written;
+    semel refuses them (the client aborts and bumps its epoch)."""
+    plog = open_log(tmp_path)
+    plog.append(batch(0, txn=True))
+    plog.append(batch(1, txn=True))
+    plog.append(marker(commit), origin="coordinator")
+    end = plog.log_end_offset
+    assert error_of(plog, batch(1, txn=True)) == Error.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert plog.log_end_offset == end
+    # the next transaction started: a batch of the ended one is still refused, its own
+    # retries are duplicates
+    plog.append(batch(2, txn=True))
+    assert error_of(plog, batch(1, txn=True)) == Error.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert plog.append(batch(2, txn=True)).duplicate
+    # after a restart the snapshot / replayed state decides the same way
+    plog.close()
+    plog = open_log(tmp_path)
+    assert error_of(plog, batch(1, txn=True)) == Error.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert plog.append(batch(2, txn=True)).duplicate
+
+
 # -- staging ---------------------------------------------------------------------------------
 
 
