@@ -20,9 +20,11 @@ of the broker's lowest CPU cost per GB: on a shared machine noise only ever slow
    librdkafka#4989, so both pipeline alike). Each pair's ratio is taken from two runs
    seconds apart, which cancels the slow drift of a shared VM (CPU steal comes and goes
    over minutes); the median of the pair ratios is reported, with broker CPU per GB too.
+   `--paired N --java` does the same with Java kafka-clients, whose idempotent producer
+   keeps five requests in flight like its plain one.
 
 Run: ``python bench/bench_idempotent.py [--rounds 5] [--requests 1500] [--librdkafka]``, or
-``python bench/bench_idempotent.py --paired 15 [--mib 256] [--modes none,fsync]``.
+``python bench/bench_idempotent.py --paired 15 [--java] [--mib 256] [--modes none,fsync]``.
 """
 
 from __future__ import annotations
@@ -223,6 +225,62 @@ def paired_librdkafka(flush_mode: str, pairs: int, mb: int) -> dict:
     }
 
 
+def paired_java(flush_mode: str, pairs: int, mb: int) -> dict:
+    """The same pairing with Java kafka-clients (tests/java/SemelClient.java `produce`,
+    client defaults: batch.size 16 KiB, linger.ms 5, max.in.flight 5 for both - the Java
+    idempotent producer does keep five in flight); MB/s over the client's own first-send to
+    last-acknowledgement time, so JVM start-up is not counted."""
+    from bench import workloads
+    from bench.brokers import SemelTarget
+    from tests.javaclient import run_java
+
+    log_dir = Path(tempfile.mkdtemp(prefix="semel-bench-logs-"))
+    broker = SemelTarget(flush_mode).start(log_dir)
+    count = mb * 1_000_000 // 1024
+    ratios, cpu_ratios, runs = [], [], {False: [], True: []}
+    try:
+        for n in range(pairs):
+            pair = {}
+            for idempotent in (False, True) if n % 2 == 0 else (True, False):
+                topic = workloads.topic_name("java")
+                workloads.create_topic(broker.bootstrap, topic, 1)
+                os.sync()
+                cpu0 = cpu_seconds(broker.pid)
+                (summary,) = [r for r in run_java(
+                    "produce", "--bootstrap", broker.bootstrap, "--topic", topic,
+                    "--count", count, "--value-size", 1024, "--partition", 0,
+                    "--idempotent", str(idempotent).lower(), "--timeout-ms", 120_000,
+                    timeout=600) if r.get("type") == "produce_summary"]
+                cpu = cpu_seconds(broker.pid) - cpu0
+                if summary["acked"] != count:
+                    raise RuntimeError(f"java producer: {summary}")
+                gb = count * 1024 / 1e9
+                pair[idempotent] = result = {"MBps": gb * 1000 / (summary["elapsed_ms"] / 1000),
+                                             "broker_cpu_s_per_GB": cpu / gb}
+                runs[idempotent].append(result)
+                workloads.delete_topic(broker.bootstrap, topic)
+            ratios.append(pair[True]["MBps"] / pair[False]["MBps"])
+            cpu_ratios.append(pair[False]["broker_cpu_s_per_GB"]
+                              / pair[True]["broker_cpu_s_per_GB"])
+    finally:
+        broker.stop()
+        subprocess.run(["rm", "-rf", str(log_dir)], check=False)
+
+    def median_of(idempotent: bool, key: str) -> float:
+        return round(statistics.median(r[key] for r in runs[idempotent]), 2)
+
+    return {
+        "bench": "java-paired", "flush_mode": flush_mode, "pairs": pairs, "mb": mb,
+        "plain_MBps_median": median_of(False, "MBps"),
+        "idempotent_MBps_median": median_of(True, "MBps"),
+        "ratio_median_of_pairs": round(statistics.median(ratios), 3),
+        "ratio_quartiles": [round(q, 3) for q in statistics.quantiles(ratios, n=4)],
+        "broker_cpu_s_per_GB_plain": median_of(False, "broker_cpu_s_per_GB"),
+        "broker_cpu_s_per_GB_idempotent": median_of(True, "broker_cpu_s_per_GB"),
+        "cpu_ratio_median_of_pairs": round(statistics.median(cpu_ratios), 3),
+    }
+
+
 # -- driver ---------------------------------------------------------------------------------------
 
 
@@ -247,6 +305,8 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=256, help="librdkafka run size")
     parser.add_argument("--paired", type=int, metavar="N",
                         help="only the paired librdkafka measurement, N pairs per mode")
+    parser.add_argument("--java", action="store_true",
+                        help="with --paired: Java kafka-clients instead of librdkafka")
     parser.add_argument("--json")
     args = parser.parse_args()
     results = []
@@ -256,8 +316,9 @@ def main() -> None:
         results.append(r)
 
     if args.paired:
+        paired = paired_java if args.java else paired_librdkafka
         for mode in args.modes.split(","):
-            emit(paired_librdkafka(mode, args.paired, args.mib))
+            emit(paired(mode, args.paired, args.mib))
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
         return

@@ -357,8 +357,10 @@ public final class SemelClient {
         AtomicReference<Exception> firstError = new AtomicReference<>();
         long[] digests = new long[count];
         int sent = 0;
+        long elapsedNs;
         try (KafkaProducer<byte[], byte[]> producer =
                  new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            long t0 = System.nanoTime();
             for (int i = 0; i < count && firstError.get() == null; i++) {
                 long n = start + i;
                 byte[] key = keyBytes(keyPrefix, n);
@@ -381,6 +383,7 @@ public final class SemelClient {
                 sent++;
             }
             producer.flush(); // every callback has run once flush returns
+            elapsedNs = System.nanoTime() - t0; // first send to the last acknowledgement
         }
         PartitionStats stats = new PartitionStats();
         long checksum = 0; // over acknowledged records
@@ -397,7 +400,8 @@ public final class SemelClient {
         }
         emit(new Json().put("type", "produce_summary").put("topic", topic).put("count", count)
             .put("sent", sent).put("acked", acked).put("errors", sent - acked)
-            .put("checksum", checksum).put("partitions", stats.toJson()));
+            .put("checksum", checksum).put("partitions", stats.toJson())
+            .put("elapsed_ms", elapsedNs / 1e6));
         if (firstError.get() != null) throw firstError.get();
     }
 
