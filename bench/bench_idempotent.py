@@ -179,28 +179,25 @@ def wire_run(idempotent: bool, flush_mode: str, requests: int, records: int) -> 
         subprocess.run(["rm", "-rf", data_dir], check=False)
 
 
-# -- 4. paired librdkafka ---------------------------------------------------------------------------
+# -- 4. paired runs: librdkafka or Java --------------------------------------------------------
 
 
-def paired_librdkafka(flush_mode: str, pairs: int, mb: int) -> dict:
-    from bench import workloads
+def paired(flush_mode: str, pairs: int, mb: int, *, java: bool = False) -> dict:
+    """`pairs` back-to-back plain / idempotent pairs on one broker (A B, then B A); the
+    median of the pair ratios, with each side's median MB/s and CPU per GB."""
     from bench.brokers import SemelTarget
 
     log_dir = Path(tempfile.mkdtemp(prefix="semel-bench-logs-"))
-    plain_config = {"max.in.flight.requests.per.connection": 1}
-    idem_config = {"max.in.flight.requests.per.connection": 5, "enable.idempotence": True}
     broker = SemelTarget(flush_mode).start(log_dir)
+    run = _java_run if java else _librdkafka_run
     ratios, cpu_ratios, runs = [], [], {False: [], True: []}
     try:
         for n in range(pairs):
             pair = {}
             for idempotent in (False, True) if n % 2 == 0 else (True, False):
                 os.sync()
-                pair[idempotent] = result = workloads.produce(
-                    broker, log_dir, size=1024, producers=1, mb=mb,
-                    config=idem_config if idempotent else plain_config)
-                runs[idempotent].append(result)
-                workloads.delete_topic(broker.bootstrap, result["topic"])
+                pair[idempotent] = run(broker, log_dir, idempotent, mb)
+                runs[idempotent].append(pair[idempotent])
             ratios.append(pair[True]["MBps"] / pair[False]["MBps"])
             cpu_ratios.append(pair[False]["broker_cpu_s_per_GB"]
                               / pair[True]["broker_cpu_s_per_GB"])
@@ -208,12 +205,14 @@ def paired_librdkafka(flush_mode: str, pairs: int, mb: int) -> dict:
         broker.stop()
         subprocess.run(["rm", "-rf", str(log_dir)], check=False)
 
-    def median_of(idempotent: bool, key: str) -> float:
-        return round(statistics.median(r[key] for r in runs[idempotent]), 2)
+    def median_of(idempotent: bool, key: str) -> float | None:
+        values = [r[key] for r in runs[idempotent] if key in r]
+        return round(statistics.median(values), 2) if values else None
 
     return {
-        "bench": "librdkafka-paired", "flush_mode": flush_mode, "pairs": pairs, "mb": mb,
-        "plain_mif1_MBps_median": median_of(False, "MBps"),
+        "bench": "java-paired" if java else "librdkafka-paired", "flush_mode": flush_mode,
+        "pairs": pairs, "mb": mb,
+        "plain_MBps_median": median_of(False, "MBps"),
         "idempotent_MBps_median": median_of(True, "MBps"),
         "ratio_median_of_pairs": round(statistics.median(ratios), 3),
         "ratio_quartiles": [round(q, 3) for q in statistics.quantiles(ratios, n=4)],
@@ -225,60 +224,40 @@ def paired_librdkafka(flush_mode: str, pairs: int, mb: int) -> dict:
     }
 
 
-def paired_java(flush_mode: str, pairs: int, mb: int) -> dict:
-    """The same pairing with Java kafka-clients (tests/java/SemelClient.java `produce`,
-    client defaults: batch.size 16 KiB, linger.ms 5, max.in.flight 5 for both - the Java
-    idempotent producer does keep five in flight); MB/s over the client's own first-send to
+def _librdkafka_run(broker, log_dir: Path, idempotent: bool, mb: int) -> dict:
+    """One librdkafka producer process; plain at max.in.flight=1 (librdkafka's idempotent
+    producer keeps one Produce in flight per partition, librdkafka#4989)."""
+    from bench import workloads
+
+    config = ({"max.in.flight.requests.per.connection": 5, "enable.idempotence": True}
+              if idempotent else {"max.in.flight.requests.per.connection": 1})
+    result = workloads.produce(broker, log_dir, size=1024, producers=1, mb=mb, config=config)
+    workloads.delete_topic(broker.bootstrap, result["topic"])
+    return result
+
+
+def _java_run(broker, _log_dir: Path, idempotent: bool, mb: int) -> dict:
+    """One Java kafka-clients producer (tests/java/SemelClient.java `produce`, client
+    defaults: batch.size 16 KiB, linger.ms 5, max.in.flight 5 for both - the Java idempotent
+    producer does keep five in flight); MB/s over the client's own first-send to
     last-acknowledgement time, so JVM start-up is not counted."""
     from bench import workloads
-    from bench.brokers import SemelTarget
     from tests.javaclient import run_java
 
-    log_dir = Path(tempfile.mkdtemp(prefix="semel-bench-logs-"))
-    broker = SemelTarget(flush_mode).start(log_dir)
+    topic = workloads.topic_name("java")
+    workloads.create_topic(broker.bootstrap, topic, 1)
     count = mb * 1_000_000 // 1024
-    ratios, cpu_ratios, runs = [], [], {False: [], True: []}
-    try:
-        for n in range(pairs):
-            pair = {}
-            for idempotent in (False, True) if n % 2 == 0 else (True, False):
-                topic = workloads.topic_name("java")
-                workloads.create_topic(broker.bootstrap, topic, 1)
-                os.sync()
-                cpu0 = cpu_seconds(broker.pid)
-                (summary,) = [r for r in run_java(
-                    "produce", "--bootstrap", broker.bootstrap, "--topic", topic,
-                    "--count", count, "--value-size", 1024, "--partition", 0,
-                    "--idempotent", str(idempotent).lower(), "--timeout-ms", 120_000,
-                    timeout=600) if r.get("type") == "produce_summary"]
-                cpu = cpu_seconds(broker.pid) - cpu0
-                if summary["acked"] != count:
-                    raise RuntimeError(f"java producer: {summary}")
-                gb = count * 1024 / 1e9
-                pair[idempotent] = result = {"MBps": gb * 1000 / (summary["elapsed_ms"] / 1000),
-                                             "broker_cpu_s_per_GB": cpu / gb}
-                runs[idempotent].append(result)
-                workloads.delete_topic(broker.bootstrap, topic)
-            ratios.append(pair[True]["MBps"] / pair[False]["MBps"])
-            cpu_ratios.append(pair[False]["broker_cpu_s_per_GB"]
-                              / pair[True]["broker_cpu_s_per_GB"])
-    finally:
-        broker.stop()
-        subprocess.run(["rm", "-rf", str(log_dir)], check=False)
-
-    def median_of(idempotent: bool, key: str) -> float:
-        return round(statistics.median(r[key] for r in runs[idempotent]), 2)
-
-    return {
-        "bench": "java-paired", "flush_mode": flush_mode, "pairs": pairs, "mb": mb,
-        "plain_MBps_median": median_of(False, "MBps"),
-        "idempotent_MBps_median": median_of(True, "MBps"),
-        "ratio_median_of_pairs": round(statistics.median(ratios), 3),
-        "ratio_quartiles": [round(q, 3) for q in statistics.quantiles(ratios, n=4)],
-        "broker_cpu_s_per_GB_plain": median_of(False, "broker_cpu_s_per_GB"),
-        "broker_cpu_s_per_GB_idempotent": median_of(True, "broker_cpu_s_per_GB"),
-        "cpu_ratio_median_of_pairs": round(statistics.median(cpu_ratios), 3),
-    }
+    cpu0 = cpu_seconds(broker.pid)
+    (summary,) = [r for r in run_java(
+        "produce", "--bootstrap", broker.bootstrap, "--topic", topic, "--count", count,
+        "--value-size", 1024, "--partition", 0, "--idempotent", str(idempotent).lower(),
+        "--timeout-ms", 120_000, timeout=600) if r.get("type") == "produce_summary"]
+    cpu = cpu_seconds(broker.pid) - cpu0
+    workloads.delete_topic(broker.bootstrap, topic)
+    if summary["acked"] != count:
+        raise RuntimeError(f"java producer: {summary}")
+    gb = count * 1024 / 1e9
+    return {"MBps": gb * 1000 / (summary["elapsed_ms"] / 1000), "broker_cpu_s_per_GB": cpu / gb}
 
 
 # -- driver ---------------------------------------------------------------------------------------
@@ -316,9 +295,8 @@ def main() -> None:
         results.append(r)
 
     if args.paired:
-        paired = paired_java if args.java else paired_librdkafka
         for mode in args.modes.split(","):
-            emit(paired(mode, args.paired, args.mib))
+            emit(paired(mode, args.paired, args.mib, java=args.java))
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
         return
