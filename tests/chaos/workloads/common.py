@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -88,6 +90,31 @@ def consumer_config(bootstrap: str, group: str, logger=None, **extra) -> dict:
         "fetch.wait.max.ms": 200,
         **extra,
     }
+
+
+class ThreadedWorkload:
+    """What every workload's threads share: started guarded (an exception lands in
+    `errors`), stopped by one event, joined under one deadline."""
+
+    def __init__(self) -> None:
+        self.stop_event = threading.Event()
+        self.errors: list[str] = []
+        self.threads: list[threading.Thread] = []
+
+    def _start_thread(self, fn, name: str, *args) -> None:
+        t = threading.Thread(target=guarded(self.errors, fn), args=args, name=name,
+                             daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def join(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self.threads)
 
 
 def guarded(errors: list[str], fn):

@@ -43,11 +43,11 @@ from tests.chaos.workloads.common import (
     REQUEST_TIMEOUT_MS,
     SESSION_TIMEOUT_MS,
     TRANSACTION_TIMEOUT_MS,
+    ThreadedWorkload,
     abort_open_transaction,
     consumer_config,
     end_transaction,
     error_text,
-    guarded,
     partition_for,
     producer_config,
     record_of,
@@ -235,7 +235,7 @@ def _exit(producer, consumer, code: int, *, close: bool = True) -> None:
 # ------------------------------------------------------------------ the workload
 
 
-class CopierWorkload:
+class CopierWorkload(ThreadedWorkload):
     """Seeder, copier processes (confluent-kafka or Java), watcher; see the module doc."""
 
     def __init__(self, bootstrap: str, direct: Callable[[], str], history: History, seed: int,
@@ -243,6 +243,7 @@ class CopierWorkload:
                  kind: str = "confluent", name: str = "copy", count: int = 6000,
                  input_partitions: int = 2, output_partitions: int = 3, copiers: int = 2,
                  seed_rate: float = 400.0, txn_size: int = 300, logger=None) -> None:
+        super().__init__()
         self.bootstrap = bootstrap
         self.direct = direct  # () -> the broker's own address, for the raw LSO prober
         self.history = history
@@ -266,11 +267,8 @@ class CopierWorkload:
         self.sessions: dict[int, int] = {}
         self.restarts = 0
         self.exits: list[str] = []
-        self.stop_event = threading.Event()
-        self.errors: list[str] = []
         self.seeded = threading.Event()
         self.acked = 0
-        self.threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     def topics(self) -> dict[str, int]:
@@ -282,19 +280,8 @@ class CopierWorkload:
     def start(self) -> None:
         self.stop_file.unlink(missing_ok=True)
         for target in (self._seeder, self._watcher, self._supervisor, self._lso_prober):
-            t = threading.Thread(target=guarded(self.errors, target),
-                                 name=f"{self.name}-{target.__name__}", daemon=True)
-            t.start()
-            self.threads.append(t)
+            self._start_thread(target, f"{self.name}-{target.__name__}")
 
-    def stop(self) -> None:
-        self.stop_event.set()
-
-    def join(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        for t in self.threads:
-            t.join(max(0.1, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in self.threads)
 
     # -- seeding -------------------------------------------------------------------------------
 

@@ -18,18 +18,19 @@ import time
 from tests.chaos.history import History
 from tests.chaos.workloads.common import (
     DELIVERY_TIMEOUT_MS,
+    ThreadedWorkload,
     error_text,
-    guarded,
     partition_for,
     producer_config,
     purge,
 )
 
 
-class IdempotentWorkload:
+class IdempotentWorkload(ThreadedWorkload):
     def __init__(self, bootstrap: str, history: History, seed: int, *, topic: str = "idem",
                  partitions: int = 3, producers: int = 3, keys: int = 4, rate: float = 150.0,
                  logger=None) -> None:
+        super().__init__()
         self.bootstrap = bootstrap
         self.history = history
         self.seed = seed
@@ -39,28 +40,14 @@ class IdempotentWorkload:
         self.keys = keys
         self.rate = rate
         self.logger = logger
-        self.stop_event = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.errors: list[str] = []
 
     def topics(self) -> dict[str, int]:
         return {self.topic: self.partitions}
 
     def start(self) -> None:
         for i in range(self.producers):
-            t = threading.Thread(target=guarded(self.errors, self._run), args=(i,),
-                                 name=f"idem-{i}", daemon=True)
-            t.start()
-            self.threads.append(t)
+            self._start_thread(self._run, f"idem-{i}", i)
 
-    def stop(self) -> None:
-        self.stop_event.set()
-
-    def join(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        for t in self.threads:
-            t.join(max(0.1, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in self.threads)
 
     def _send(self, producer, p: str, producer_id: str, key: str, value: str) -> None:
         partition = partition_for(key, self.partitions)

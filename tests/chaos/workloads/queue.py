@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import random
-import threading
-import time
 
 from tests.chaos.history import History
 from tests.chaos.workloads.common import (
     API_TIMEOUT_S,
+    ThreadedWorkload,
     abort_open_transaction,
     consumer_config,
     end_transaction,
     error_text,
-    guarded,
     partition_for,
     producer_config,
     purge,
@@ -37,10 +35,11 @@ from tests.chaos.workloads.common import (
 from tests.chaos.workloads.lso_prober import probe_lso
 
 
-class QueueWorkload:
+class QueueWorkload(ThreadedWorkload):
     def __init__(self, bootstrap: str, direct: callable, history: History, seed: int, *,
                  topic: str = "queue", partitions: int = 3, workers: int = 3, keys: int = 6,
                  op_interval_s: float = 0.02, logger=None) -> None:
+        super().__init__()
         self.bootstrap = bootstrap
         self.direct = direct  # () -> broker address for the raw LSO prober
         self.history = history
@@ -51,32 +50,15 @@ class QueueWorkload:
         self.keys = [f"k{i}" for i in range(keys)]
         self.op_interval_s = op_interval_s
         self.logger = logger
-        self.stop_event = threading.Event()
-        self.errors: list[str] = []
-        self.threads: list[threading.Thread] = []
 
     def topics(self) -> dict[str, int]:
         return {self.topic: self.partitions}
 
     def start(self) -> None:
         for i in range(self.workers):
-            t = threading.Thread(target=guarded(self.errors, self._worker), args=(i,),
-                                 name=f"queue-{i}", daemon=True)
-            t.start()
-            self.threads.append(t)
-        t = threading.Thread(target=guarded(self.errors, self._lso_prober), name="queue-lso",
-                             daemon=True)
-        t.start()
-        self.threads.append(t)
+            self._start_thread(self._worker, f"queue-{i}", i)
+        self._start_thread(self._lso_prober, "queue-lso")
 
-    def stop(self) -> None:
-        self.stop_event.set()
-
-    def join(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        for t in self.threads:
-            t.join(max(0.1, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in self.threads)
 
     # -- a worker ----------------------------------------------------------------------------
 
