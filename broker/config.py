@@ -336,11 +336,13 @@ class BrokerConfig:
         600000, "Close connections idle for this long.", lo=1, hi=INT64_MAX
     )
     queued_max_request_bytes: int = _int(
-        -1,
-        "Bytes of requests in flight over all connections before reading pauses; -1 = no limit.",
+        268435456,
+        "Bytes of requests buffered or in progress over all connections before reading "
+        "pauses; -1 = no limit.",
         lo=1,
         hi=INT64_MAX,
         sentinel=-1,
+        semel="default 256 MiB (Kafka: -1, no limit); must be at least socket.request.max.bytes",
     )
     connection_max_pending_bytes: int = _int(
         16777216,
@@ -348,6 +350,44 @@ class BrokerConfig:
         lo=1,
         hi=INT64_MAX,
         semel="semel's own key",
+    )
+    connection_max_inflight_requests: int = _int(
+        16,
+        "Requests started and not yet answered on one connection: one runs at a time, "
+        "acks=all produce requests waiting for the disk let the next one start.",
+        lo=1,
+        hi=INT32_MAX,
+        semel="semel's own key",
+    )
+    socket_request_read_timeout_ms: int = _int(
+        30000,
+        "A request whose first byte has arrived must arrive whole within this time, else "
+        "the connection is closed.",
+        lo=1,
+        hi=INT64_MAX,
+        semel="semel's own key (Kafka has none: trickled bytes keep a connection open)",
+    )
+    max_connections: int = _int(
+        1000,
+        "Most client connections open at once; further ones are closed on arrival.",
+        lo=1,
+        hi=INT32_MAX,
+        semel="default 1000 (Kafka: 2147483647); Kafka delays accepting, semel closes",
+    )
+    max_connections_per_ip: int = _int(
+        500,
+        "Most connections open at once from one client address; further ones are closed.",
+        lo=1,
+        hi=INT32_MAX,
+        semel="default 500 (Kafka: 2147483647)",
+    )
+    message_max_uncompressed_bytes: int = _int(
+        67108864,
+        "Largest size a compressed record batch may expand to; a larger one is refused "
+        "(INVALID_RECORD) without being decompressed further.",
+        lo=1,
+        hi=INT32_MAX,
+        semel="semel's own key (Kafka has no limit)",
     )
     metrics_listener: Endpoint | None = _custom(  # noqa: RUF009 (returns a field())
         None,
@@ -581,6 +621,12 @@ def apply_cli_options(
 
 def _check(config: BrokerConfig) -> None:
     """Rules that involve more than one property."""
+    queued = config.queued_max_request_bytes
+    if queued != -1 and queued < config.socket_request_max_bytes:
+        raise ConfigError(
+            f"queued.max.request.bytes ({queued}) must be at least socket.request.max.bytes "
+            f"({config.socket_request_max_bytes}), or -1 for no limit"
+        )
     if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
         raise ConfigError(
             f"group.min.session.timeout.ms ({config.group_min_session_timeout_ms}) must not "

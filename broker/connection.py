@@ -1,17 +1,33 @@
 """One client connection: the only code that touches sockets.
 
 An ``asyncio.BufferedProtocol``: the socket reads into ``protocol.frame.BufferedFrameReader``
-buffers (a large request lands in its own buffer without being joined or copied); each
-complete frame is dispatched as its own task so a long-poll fetch does not hold up a
-metadata call behind it, but responses leave strictly in request order (Kafka requires it):
-every request takes a slot in a FIFO and the head of the FIFO is written as soon as it is
-filled. Handlers do their synchronous work (e.g. the log append) before their first await,
-and tasks start in creation order, so requests on one connection also take effect in order.
+buffers (a large request lands in its own buffer without being joined or copied, and only
+the bytes that arrived occupy memory).
 
-Back-pressure: reading pauses while the bytes of requests in flight plus responses not yet
-flushed exceed ``connection.max.pending.bytes``, or while the transport's write buffer is
-full. A frame larger than ``socket.request.max.bytes`` closes the connection before it is
-buffered. ``last_active`` (monotonic ms) lets the server close idle connections.
+One request at a time: a connection runs one request and takes the next frame only when
+that one is done - as Kafka, which mutes a connection while a request of it is in progress -
+so a client pipelining hundreds of requests cannot crowd out other clients: each connection
+has at most one request runnable on the event loop. The exception keeps acks=all produce
+fast: a handler may hand the turn on early (``RequestContext.release_connection``, which
+produce calls once its appends are done and only the disk is awaited), so the next request
+starts while the earlier one waits; at most ``connection.max.inflight.requests`` requests of
+a connection are started and unanswered. Responses leave strictly in request order (Kafka
+requires it): every request takes a slot in a FIFO and the head is written once filled.
+
+Back-pressure: reading stops while a whole frame is waiting for its turn, while the bytes of
+requests in flight plus responses not yet flushed exceed ``connection.max.pending.bytes``,
+while the transport's write buffer is full, or while the broker's request memory
+(``queued.max.request.bytes``, broker/request_memory.py) is full. A frame larger than
+``socket.request.max.bytes`` closes the connection before it is buffered.
+
+Time: ``last_active`` (monotonic ms) moves when a whole request arrives or a response is
+flushed, never for a trickled byte; ``partial_since`` is when the unfinished request now
+being received began. The server closes a connection idle past ``connections.max.idle.ms``
+or with a request unfinished past ``socket.request.read.timeout.ms``.
+
+Bad input (framing errors, malformed or unsupported requests, timeouts) closes the
+connection, is counted in ``semel_bad_input_total{reason}`` and logged once per connection
+through a rate limit, without a traceback.
 """
 
 from __future__ import annotations
@@ -32,41 +48,63 @@ log = logging.getLogger("broker.connection")
 
 
 class _Slot:
-    __slots__ = ("data", "done", "size")
+    __slots__ = ("data", "done", "holds_turn", "size")
 
     def __init__(self, size: int) -> None:
         self.done = False
         self.data: list | None = None  # the response frame's buffers
         self.size = size
+        self.holds_turn = True
 
 
 class Connection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker) -> None:
+        config = broker.config
         self.broker = broker
         self.dispatcher = broker.dispatcher
-        self.reader = BufferedFrameReader(broker.config.socket_request_max_bytes)
-        self.max_pending = broker.config.connection_max_pending_bytes
+        self.memory = broker.request_memory
+        self.reader = BufferedFrameReader(config.socket_request_max_bytes,
+                                          charge=self.memory.charge)
+        self.max_pending = config.connection_max_pending_bytes
+        self.max_inflight = config.connection_max_inflight_requests
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.ip = "?"
+        self.admitted = False
         self.slots: deque[_Slot] = deque()
         self.pending_bytes = 0
         self.tasks: set[asyncio.Task] = set()
+        self.running = False  # a request of this connection holds its turn
         self.reading_paused = False
         self.writing_paused = False
         self.closed = False
+        self.bad_input_seen = False
         self.last_active = broker.monotonic_ms()
+        self.partial_since: int | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.broker.connections.add(self)
+        if peer:
+            self.ip = peer[0]
+            self.peer = f"{peer[0]}:{peer[1]}"
+        refusal = self.broker.admit(self)
+        if refusal is not None:
+            self.closed = True
+            self.bad_input("connection_limit", refusal)
+            transport.abort()
+            return
+        self.admitted = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.broker.connections.discard(self)
+        if self.admitted:
+            self.admitted = False
+            self.broker.forget(self)
+        self.memory.release(self.reader.partial_stored)
+        self.reader.close()
         for task in self.tasks:
             task.cancel()
 
@@ -82,55 +120,94 @@ class Connection(asyncio.BufferedProtocol):
         return self.reader.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = self.broker.monotonic_ms()
-        try:
-            frames = self.reader.buffer_updated(nbytes)
-        except ProtocolError as e:
-            log.warning("closing %s: %s", self.peer, e)
-            self.close()
-            return
-        for frame in frames:
-            slot = _Slot(len(frame))
-            self.slots.append(slot)
-            self.pending_bytes += slot.size
-            task = asyncio.get_running_loop().create_task(self._run(frame, slot))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-        self._update_reading()
+        self.reader.buffer_updated(nbytes)
+        self._pump()
 
     # -- requests -----------------------------------------------------------------------
 
+    def _pump(self) -> None:
+        """Start the next request if the connection's turn is free; track partial frames."""
+        if self.closed:
+            return
+        reader = self.reader
+        while not self.running and len(self.slots) < self.max_inflight:
+            try:
+                frame = reader.next_frame()
+            except ProtocolError as e:
+                self.bad_input("framing", f"closing {self.peer}: {e}")
+                self.close()
+                return
+            if frame is None:
+                break
+            self._start(frame)
+        if reader.buffered and not reader.frame_ready:
+            if self.partial_since is None:
+                self.partial_since = self.broker.monotonic_ms()
+        else:
+            self.partial_since = None
+        self._update_reading()
+
+    def _start(self, frame: memoryview) -> None:
+        slot = _Slot(len(frame))
+        self.slots.append(slot)
+        self.pending_bytes += slot.size
+        self.running = True
+        self.last_active = self.broker.monotonic_ms()
+        task = asyncio.get_running_loop().create_task(self._run(frame, slot))
+        self.tasks.add(task)
+        task.add_done_callback(lambda t: self._finished(t, slot))
+
     async def _run(self, frame: memoryview, slot: _Slot) -> None:
         try:
-            slot.data = await self.dispatcher.dispatch(frame, self.peer)
+            slot.data = await self.dispatcher.dispatch(
+                frame, self.peer, lambda: self._release_turn(slot))
         except CloseConnection as e:
-            log.warning("closing %s: %s", self.peer, e)
+            self.bad_input(e.reason, f"closing {self.peer}: {e}")
             self.close()
             return
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("closing %s: unexpected error while handling a request", self.peer)
+        except Exception:  # noqa: BLE001 - a fault of ours: close this connection, keep serving
+            self.broker.bad_input_log.exception(
+                f"closing {self.peer}: unexpected error while handling a request")
             self.close()
             return
         slot.done = True
+        self._release_turn(slot)
         self._flush()
+
+    def _finished(self, task: asyncio.Task, slot: _Slot) -> None:
+        """Every request ends here, also when cancelled before it ran: its frame's memory is
+        given back and the turn passes on."""
+        self.tasks.discard(task)
+        self.memory.release(slot.size)
+        self._release_turn(slot)
+
+    def _release_turn(self, slot: _Slot) -> None:
+        if slot.holds_turn:
+            slot.holds_turn = False
+            self.running = False
+            self._pump()
 
     def _flush(self) -> None:
         slots = self.slots
         transport = self.transport
+        flushed = False
         while slots and slots[0].done:
             slot = slots.popleft()
             self.pending_bytes -= slot.size
             if slot.data is not None and not self.closed:
                 transport.writelines(slot.data)
-        self.last_active = self.broker.monotonic_ms()
-        self._update_reading()
+            flushed = True
+        if flushed:
+            self.last_active = self.broker.monotonic_ms()
+            self._pump()
 
     def _update_reading(self) -> None:
         if self.closed or self.transport is None:
             return
-        should_pause = self.writing_paused or self.pending_bytes > self.max_pending
+        should_pause = (self.reader.frame_ready or self.writing_paused or self.memory.full
+                        or self.pending_bytes > self.max_pending)
         if should_pause and not self.reading_paused:
             self.transport.pause_reading()
             self.reading_paused = True
@@ -138,12 +215,63 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
             self.reading_paused = False
 
+    def memory_changed(self) -> None:
+        """The broker's request memory filled up or drained: pause or resume reading."""
+        self._update_reading()
+
+    # -- state the server looks at --------------------------------------------------------
+
     @property
     def idle(self) -> bool:
-        return not self.slots
+        return not self.slots and not self.reader.buffered
+
+    def bad_input(self, reason: str, message: str) -> None:
+        """Count bad input from this client; log it once per connection (rate-limited)."""
+        self.broker.metrics.bad_input(reason)
+        if not self.bad_input_seen:
+            self.bad_input_seen = True
+            self.broker.bad_input_log.warning(message)
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
             if self.transport is not None:
                 self.transport.close()
+
+
+class RateLimitedLog:
+    """At most ``burst`` lines per ``interval_ms`` (on the broker's monotonic clock); the
+    lines dropped are counted and reported in the next line that gets through."""
+
+    def __init__(self, logger: logging.Logger, monotonic_ms, burst: int = 10,
+                 interval_ms: int = 10_000) -> None:
+        self.logger = logger
+        self.monotonic_ms = monotonic_ms
+        self.burst = burst
+        self.interval_ms = interval_ms
+        self.window_start = monotonic_ms()
+        self.in_window = 0
+        self.suppressed = 0
+
+    def _admit(self) -> str | None:
+        now = self.monotonic_ms()
+        if now - self.window_start >= self.interval_ms:
+            self.window_start, self.in_window = now, 0
+        if self.in_window >= self.burst:
+            self.suppressed += 1
+            return None
+        self.in_window += 1
+        note, self.suppressed = (f" ({self.suppressed} similar lines suppressed)"
+                                 if self.suppressed else ""), 0
+        return note
+
+    def warning(self, message: str) -> None:
+        note = self._admit()
+        if note is not None:
+            self.logger.warning("%s%s", message, note)
+
+    def exception(self, message: str) -> None:
+        """For faults of our own (a bug, not the client's input): with the traceback."""
+        note = self._admit()
+        if note is not None:
+            self.logger.exception("%s%s", message, note)

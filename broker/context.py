@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,14 @@ class RequestContext:
     header: RequestHeader
     broker: Broker
     client_host: str
+    # set by the connection: lets its next request start before this one is answered
+    release: Callable[[], None] | None = None
+
+    def release_connection(self) -> None:
+        """The rest of this request need not hold up the connection's next request (its
+        response still leaves in order); e.g. an acks=all produce waiting for the disk."""
+        if self.release is not None:
+            self.release()
 
     @property
     def api_version(self) -> int:

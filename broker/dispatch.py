@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.context import RequestContext
@@ -31,7 +32,13 @@ _SIZE = struct.Struct(">i")
 
 
 class CloseConnection(Exception):
-    """The request cannot be answered; the connection is closed (Kafka does the same)."""
+    """The request cannot be answered; the connection is closed (Kafka does the same).
+
+    ``reason`` names the kind of problem in the bad-input metric."""
+
+    def __init__(self, message: str, reason: str = "malformed_request") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def advertised_versions() -> dict[int, tuple[int, int]]:
@@ -45,18 +52,23 @@ class Dispatcher:
         self.supported = advertised_versions()
         self.metrics = broker.metrics
 
-    async def dispatch(self, frame: memoryview, client_host: str) -> list | None:
+    async def dispatch(self, frame: memoryview, client_host: str,
+                       release: Callable[[], None] | None = None) -> list | None:
         """The response frame (size prefix included) as buffers for ``writelines``, or None
         when no response is sent (acks=0). Large fetched records are not copied into it."""
-        api_key, version, correlation_id = peek_api_key_version(frame)
+        try:
+            api_key, version, correlation_id = peek_api_key_version(frame)
+        except ProtocolError as e:
+            raise CloseConnection(str(e)) from None
         handler = HANDLERS.get(api_key)
         if handler is None:
-            raise CloseConnection(f"unknown api key {api_key}")
+            raise CloseConnection(f"unknown api key {api_key}", "unknown_api")
         lo, hi = self.supported[api_key]
         if not lo <= version <= hi:
             if api_key == API_VERSIONS:
                 return self._unsupported_api_versions(correlation_id)
-            raise CloseConnection(f"unsupported version {version} of api {api_key}")
+            raise CloseConnection(f"unsupported version {version} of api {api_key}",
+                                  "unsupported_version")
         started = time.perf_counter()
         try:
             header, pos = parse_request_header(frame, api.request_header_version(api_key, version))
@@ -64,7 +76,7 @@ class Dispatcher:
             request, _ = request_codec.decode(version, frame, pos)
         except ProtocolError as e:
             raise CloseConnection(f"malformed {api.BY_KEY[api_key].name} v{version}: {e}") from None
-        ctx = RequestContext(header, self.broker, client_host)
+        ctx = RequestContext(header, self.broker, client_host, release)
         try:
             response = await handler.handle(ctx, request)
         except KafkaError as e:

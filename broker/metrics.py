@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 import threading
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
 from protocol.api import BY_KEY
@@ -38,6 +38,9 @@ class BrokerMetrics:
         self.latency = Histogram("semel_request_latency_seconds",
                                  "Time from decoded request to encoded response, by API.",
                                  ["api"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.bad_inputs = Counter(
+            "semel_bad_input", "Connections closed or refused for bad input, by reason.",
+            ["reason"], registry=self.registry)
         self._by_key: dict[int, tuple] = {}
         self._server = None
         self._exactly_once: ExactlyOnceCollector | None = None
@@ -50,6 +53,17 @@ class BrokerMetrics:
             self._by_key[api_key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def bad_input(self, reason: str) -> None:
+        self.bad_inputs.labels(reason).inc()
+
+    def register_connections(self, connections, request_memory) -> None:
+        """Gauges read when scraped: open connections and request bytes held."""
+        Gauge("semel_connections", "Client connections open.", registry=self.registry
+              ).set_function(lambda: len(connections))
+        Gauge("semel_queued_request_bytes",
+              "Request bytes held over all connections (bounded by queued.max.request.bytes).",
+              registry=self.registry).set_function(lambda: request_memory.used)
 
     def register_exactly_once(self, log_manager, txn_coordinator,
                               loop: asyncio.AbstractEventLoop) -> None:

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Self
 
 from broker.config import BrokerConfig
-from broker.connection import Connection
+from broker.connection import Connection, RateLimitedLog
 from broker.dispatch import Dispatcher
 from broker.features import FINALIZED_FEATURES
 from broker.fetch_wait import FetchWaiters
 from broker.metrics import BrokerMetrics
+from broker.request_memory import RequestMemory
 from coordinator.group import GroupConfig, GroupCoordinator
 from coordinator.producer_id import ProducerIdManager
 from coordinator.transaction import LogMarkerWriter, TransactionCoordinator, TxnConfig
@@ -58,6 +59,12 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.metrics_port: int | None = None
         self.connections: set[Connection] = set()
+        self.connections_per_ip: dict[str, int] = {}
+        queued = config.queued_max_request_bytes
+        self.request_memory = RequestMemory(None if queued == -1 else queued,
+                                            self._request_memory_changed)
+        self.bad_input_log = RateLimitedLog(logging.getLogger("broker.connection"), monotonic)
+        self.metrics.register_connections(self.connections, self.request_memory)
         overrides = {topic_key: str(getattr(config, attr))
                      for topic_key, attr in TOPIC_DEFAULTS_FROM_BROKER.items()}
         self.default_log_config = LogConfig.from_overrides(LogConfig(), overrides)
@@ -158,12 +165,59 @@ class Broker:
     async def __aexit__(self, *exc) -> None:
         await self.stop()
 
-    async def _close_idle_connections(self) -> None:
+    # -- connections ------------------------------------------------------------------------
+
+    def admit(self, conn: Connection) -> str | None:
+        """Count a new connection in, or say why it is refused (max.connections,
+        max.connections.per.ip)."""
+        config = self.config
+        per_ip = self.connections_per_ip.get(conn.ip, 0)
+        if len(self.connections) >= config.max_connections:
+            return (f"refusing {conn.peer}: {len(self.connections)} connections open "
+                    f"(max.connections={config.max_connections})")
+        if per_ip >= config.max_connections_per_ip:
+            return (f"refusing {conn.peer}: {per_ip} connections open from {conn.ip} "
+                    f"(max.connections.per.ip={config.max_connections_per_ip})")
+        self.connections.add(conn)
+        self.connections_per_ip[conn.ip] = per_ip + 1
+        return None
+
+    def forget(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        left = self.connections_per_ip.get(conn.ip, 1) - 1
+        if left > 0:
+            self.connections_per_ip[conn.ip] = left
+        else:
+            self.connections_per_ip.pop(conn.ip, None)
+
+    def _request_memory_changed(self) -> None:
+        if self.request_memory.full:
+            log.warning("request memory full (queued.max.request.bytes=%d): reading paused "
+                        "on every connection", self.request_memory.capacity)
+        for conn in list(self.connections):
+            conn.memory_changed()
+
+    def close_stale_connections(self) -> None:
+        """Close connections idle past connections.max.idle.ms, and those whose current
+        request has not arrived whole within socket.request.read.timeout.ms."""
+        now = self.monotonic_ms()
         idle_ms = self.config.connections_max_idle_ms
+        read_timeout_ms = self.config.socket_request_read_timeout_ms
+        for conn in list(self.connections):
+            started = conn.partial_since
+            if started is not None and now - started > read_timeout_ms:
+                conn.bad_input("read_timeout", (
+                    f"closing {conn.peer}: request not received whole within "
+                    f"{read_timeout_ms} ms ({conn.reader.buffered} bytes so far)"))
+                conn.close()
+            elif conn.idle and now - conn.last_active > idle_ms:
+                log.info("closing idle connection %s", conn.peer)
+                conn.close()
+
+    async def _close_idle_connections(self) -> None:
+        config = self.config
+        period_s = min(config.connections_max_idle_ms, config.socket_request_read_timeout_ms,
+                       40_000) / 1000 / 4
         while True:
-            await asyncio.sleep(min(idle_ms / 1000 / 4, 10.0))
-            now = self.monotonic_ms()
-            for conn in list(self.connections):
-                if conn.idle and now - conn.last_active > idle_ms:
-                    log.info("closing idle connection %s", conn.peer)
-                    conn.close()
+            await asyncio.sleep(period_s)
+            self.close_stale_connections()

@@ -19,8 +19,12 @@ the connection must be closed.
 
 from __future__ import annotations
 
+import mmap
 import struct
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from protocol.errors import ProtocolError
 from protocol.primitives import read_uvarint as read_unsigned_varint
@@ -48,6 +52,9 @@ _SIZE = struct.Struct(">i")
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+# private anonymous memory, no swap reserved up front (Linux MAP_NORESERVE: 0x4000)
+_MAP_FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(
+    mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 
 class FrameTooLarge(ProtocolError):
@@ -139,35 +146,67 @@ class FrameDecoder:
 class BufferedFrameReader:
     """Frames for an ``asyncio.BufferedProtocol``: the socket reads straight into our buffers.
 
-    ``get_buffer()`` hands out where the next bytes go; ``buffer_updated(n)`` returns the
-    frames those bytes completed. Small frames are read into a scratch buffer and copied
-    out once; a frame larger than half the scratch buffer gets its own ``bytearray`` of
-    exactly its size, and the socket reads the rest of it directly there - so a large
-    Produce request is never joined or copied, and its frame is writable (the log rewrites
-    base offsets in place without copying). Every frame comes back as a memoryview over a
-    writable bytearray. Size limits as ``FrameDecoder``: checked before anything is
-    allocated for the frame.
+    ``get_buffer()`` hands out where the next bytes go and ``buffer_updated(n)`` records that
+    ``n`` arrived; ``next_frame()`` then returns one complete frame at a time, or None while
+    more bytes are needed, so the caller takes a frame only when it is ready to run it (and
+    stops reading while one is waiting: ``frame_ready``).
+
+    Small frames are read into a scratch buffer and copied out once (scratch buffers are
+    lent from a shared spare list while bytes are in them and handed back when drained, so
+    an idle connection holds none). A frame larger than half the scratch buffer gets its own
+    anonymous memory map of exactly its size and the socket reads the rest of it directly
+    there: the frame is never joined or copied, it is writable (the log rewrites base
+    offsets in place), and the memory it occupies grows with the bytes that actually
+    arrive (untouched pages of a map are not allocated), so a size prefix alone pins
+    nothing. ``charge(n)``, if given, is called with the bytes each time request bytes move
+    into frame storage (a small frame copied out, bytes of a large frame arriving), for a
+    broker-wide bound on request memory; ``partial_stored`` is what an unfinished large frame
+    holds. Size limits as ``FrameDecoder``: checked before anything is allocated for a frame.
     """
 
-    __slots__ = ("_end", "_frame", "_have", "_scratch", "_start", "max_frame_size")
+    __slots__ = ("_charge", "_end", "_frame", "_have", "_scratch", "_scratch_size", "_start",
+                 "max_frame_size")
+
+    _spares: ClassVar[list[bytearray]] = []  # drained scratch buffers, shared by all readers
+    MAX_SPARES = 64
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 scratch_size: int = 65536) -> None:
+                 scratch_size: int = 65536, charge: Callable[[int], None] | None = None) -> None:
         self.max_frame_size = max_frame_size
-        self._scratch = bytearray(scratch_size)
+        self._scratch_size = scratch_size
+        self._scratch: bytearray | None = None
         self._start = 0  # unparsed bytes are _scratch[_start:_end]
         self._end = 0
-        self._frame: bytearray | None = None  # a large frame being filled in place
+        self._frame: mmap.mmap | None = None  # a large frame being filled in place
         self._have = 0
+        self._charge = charge
 
     @property
     def buffered(self) -> int:
+        """Bytes received and not yet returned as part of a frame."""
         return self._have if self._frame is not None else self._end - self._start
+
+    @property
+    def partial_stored(self) -> int:
+        """Bytes of an unfinished large frame (charged, not yet returned)."""
+        return self._have if self._frame is not None else 0
+
+    @property
+    def frame_ready(self) -> bool:
+        """A whole frame is buffered: ``next_frame()`` would return it."""
+        if self._frame is not None:
+            return self._have == len(self._frame)
+        if self._end - self._start < 4:
+            return False
+        size = _SIZE.unpack_from(self._scratch, self._start)[0]
+        return 0 <= size <= self._end - self._start - 4
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         if self._frame is not None:
             return memoryview(self._frame)[self._have:]
         scratch = self._scratch
+        if scratch is None:
+            scratch = self._scratch = self._take_spare()
         if self._start == self._end:
             self._start = self._end = 0
         elif len(scratch) - self._end < 4096:  # move the partial frame to the front
@@ -176,34 +215,78 @@ class BufferedFrameReader:
             self._start, self._end = 0, n
         return memoryview(scratch)[self._end:]
 
-    def buffer_updated(self, nbytes: int) -> list[memoryview]:
+    def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._have += nbytes
-            if self._have < len(self._frame):
-                return []
-            frame = self._frame
+            if self._charge is not None:
+                self._charge(nbytes)
+        else:
+            self._end += nbytes
+
+    def next_frame(self) -> memoryview | None:
+        """The next whole frame (a writable memoryview), or None until more bytes arrive.
+
+        Raises FrameTooLarge for a negative or oversized size prefix; the stream cannot be
+        resynchronised after it.
+        """
+        frame = self._frame
+        if frame is not None:
+            if self._have < len(frame):
+                return None
             self._frame = None
-            return [memoryview(frame)]
-        self._end += nbytes
-        frames: list[memoryview] = []
+            self._have = 0
+            return memoryview(frame)
+        start = self._start
+        available = self._end - start
+        if available < 4:
+            if available == 0:
+                self._give_back_scratch()
+            return None
         scratch = self._scratch
-        while self._end - self._start >= 4:
-            size = _SIZE.unpack_from(scratch, self._start)[0]
-            if size < 0 or size > self.max_frame_size:
-                raise FrameTooLarge(size, self.max_frame_size)
-            body = self._start + 4
-            available = self._end - body
-            if available >= size:
-                frames.append(memoryview(scratch[body:body + size]))  # one copy, small
-                self._start = body + size
-                continue
-            if size > len(scratch) // 2:
-                frame = bytearray(size)
-                frame[:available] = scratch[body:self._end]
-                self._frame, self._have = frame, available
-                self._start = self._end = 0
-            break
-        return frames
+        size = _SIZE.unpack_from(scratch, start)[0]
+        if size < 0 or size > self.max_frame_size:
+            raise FrameTooLarge(size, self.max_frame_size)
+        body = start + 4
+        available -= 4
+        if available >= size:
+            self._start = body + size
+            if self._start == self._end:
+                self._give_back_scratch()
+            if self._charge is not None:
+                self._charge(size)
+            return memoryview(scratch[body:body + size])  # one copy, small
+        if size > len(scratch) // 2:
+            # its own map: pages are only backed by memory once bytes are written to them
+            frame = mmap.mmap(-1, size, flags=_MAP_FLAGS)
+            frame[:available] = scratch[body:self._end]
+            self._frame, self._have = frame, available
+            self._start = self._end = 0
+            self._give_back_scratch()
+            if self._charge is not None:
+                self._charge(available)
+        return None
+
+    def close(self) -> None:
+        """Drop what is buffered (the connection is gone); the scratch buffer is handed back."""
+        self._frame = None
+        self._have = 0
+        self._start = self._end = 0
+        self._give_back_scratch()
+
+    def _take_spare(self) -> bytearray:
+        try:
+            scratch = self._spares.pop()  # atomic: brokers in several threads share the list
+        except IndexError:
+            return bytearray(self._scratch_size)
+        return scratch if len(scratch) == self._scratch_size else bytearray(self._scratch_size)
+
+    def _give_back_scratch(self) -> None:
+        scratch = self._scratch
+        if scratch is not None:
+            self._scratch = None
+            self._start = self._end = 0
+            if len(self._spares) < self.MAX_SPARES:
+                self._spares.append(scratch)
 
 
 @dataclass(slots=True)

@@ -19,7 +19,8 @@ errors carry -1 there, as Kafka's do.
 - Long poll: with fewer than min_bytes found, no read error and max_wait_ms > 0, the fetch
   parks on ``broker.fetch_waiters`` (woken when a fetched partition's high watermark moves,
   which is also when its last stable offset can move: a marker becoming durable) and reads
-  again, until min_bytes are there or max_wait_ms has passed.
+  again, until min_bytes are there or max_wait_ms has passed. While parked it lets the
+  connection's next request run (its response still follows this one's).
 - Fetch sessions (KIP-227, v7+, ``broker.fetch_session``): epoch 0 opens a session and
   answers its id (0 when the cache is full); epochs 1, 2, ... read every partition of the
   session and answer only the changed ones; epoch -1 is a sessionless full fetch. Unknown
@@ -192,6 +193,7 @@ async def _read_until_ready(ctx, reads: list[_Read], req: FetchRequest) -> None:
         if size >= req.min_bytes or read_error or remaining <= 0:
             return
         woken = waiters.register(keys)
+        ctx.release_connection()  # parked, not runnable: the connection's next request may run
         try:
             await asyncio.wait_for(woken, remaining)
         except TimeoutError:

@@ -4,6 +4,9 @@ One broker (this node) leads every partition with leader epoch 0; replicas and I
 ``[node_id]``. ``topics`` null = all topics; topics may be named (and, v10+, given by id).
 Unknown topics are auto-created when ``auto.create.topics.enable`` and (v4+) the request's
 ``allow_auto_topic_creation`` allow it; internal topics are never auto-created here.
+v10-11 carry a topic id field but, as in Kafka, topics can only be asked for by name there:
+a null name or a topic id answers INVALID_REQUEST for every topic (names "" where null,
+since a v10-11 response cannot carry a null name). v12+: an unknown id is UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from protocol.messages.metadata_response import (
 from protocol.primitives import ZERO_UUID
 
 API_KEY = 3
+TOPIC_IDS_VERSION = 12  # topics asked for by id
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -44,6 +48,8 @@ async def handle(ctx, req: MetadataRequest) -> MetadataResponse:
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
         topics = [topic_entry(info, node_id) for info in logs.topics.values()]
     else:
+        if ctx.api_version < TOPIC_IDS_VERSION:
+            _check_named(req, ctx.api_version)
         allow_create = broker.config.auto_create_topics_enable and (
             ctx.api_version < 4 or req.allow_auto_topic_creation)
         for requested in req.topics:
@@ -72,6 +78,16 @@ async def handle(ctx, req: MetadataRequest) -> MetadataResponse:
         cluster_id=broker.cluster_id, controller_id=node_id, topics=topics)
 
 
+def _check_named(req: MetadataRequest, version: int) -> None:
+    for topic in req.topics:
+        if topic.name is None:
+            raise KafkaError(Error.INVALID_REQUEST,
+                             f"Topic name can not be null for version {version}")
+        if topic.topic_id != ZERO_UUID:
+            raise KafkaError(Error.INVALID_REQUEST,
+                             f"Topic IDs are not supported in requests for version {version}")
+
+
 async def auto_create_topic(broker, name: str):
     """Create ``name`` with the broker's defaults (``num.partitions``); shared with Produce."""
     existing = broker.log_manager.topics.get(name)
@@ -81,5 +97,5 @@ async def auto_create_topic(broker, name: str):
 
 
 def error_response(req: MetadataRequest, code: Error) -> MetadataResponse:
-    return MetadataResponse(topics=[_error_topic(t.name, t.topic_id, code)
+    return MetadataResponse(topics=[_error_topic("" if t.name is None else t.name, t.topic_id, code)
                                     for t in (req.topics or [])])

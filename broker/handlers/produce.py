@@ -142,6 +142,7 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
             _close_connection(_summary(topics))
         return None
     if waits:
+        ctx.release_connection()  # appended: the connection's next request may start
         await _wait_durable(waits, req.timeout_ms)
     return ProduceResponse(responses=topics)
 

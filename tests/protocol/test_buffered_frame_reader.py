@@ -1,5 +1,6 @@
 """BufferedFrameReader (the BufferedProtocol framing): the same frames as FrameDecoder for
-any chunking of the stream, zero-copy for large frames, limits checked before allocation."""
+any chunking of the stream, zero-copy for large frames, limits checked before allocation,
+memory charged as request bytes arrive (a size prefix alone charges nothing)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,16 @@ def read_all(reader: BufferedFrameReader, data: bytes, chunks: list[int]) -> lis
         n = min(len(buf), want, len(data) - pos)
         buf[:n] = data[pos:pos + n]
         pos += n
-        out += [bytes(f) for f in reader.buffer_updated(n)]
+        reader.buffer_updated(n)
+        out += [bytes(f) for f in drain(reader)]
     return out
+
+
+def drain(reader: BufferedFrameReader) -> list[memoryview]:
+    frames = []
+    while (frame := reader.next_frame()) is not None:
+        frames.append(frame)
+    return frames
 
 
 @settings(max_examples=200, deadline=None)
@@ -56,11 +65,14 @@ def test_large_frame_is_read_in_place_and_writable() -> None:
     data = stream_of([body])
     first = reader.get_buffer(-1)
     first[:1000] = data[:1000]
-    assert reader.buffer_updated(1000) == []
+    reader.buffer_updated(1000)
+    assert drain(reader) == []
     target = reader.get_buffer(-1)  # the frame's own buffer, after the 996 bytes already in
     assert len(target) == len(body) - 996
     target[:] = data[1000:]
-    (frame,) = reader.buffer_updated(len(target))
+    reader.buffer_updated(len(target))
+    assert reader.frame_ready
+    (frame,) = drain(reader)
     assert not frame.readonly and bytes(frame) == body
 
 
@@ -69,8 +81,9 @@ def test_bad_sizes_fail_before_allocation(size: int) -> None:
     reader = BufferedFrameReader(max_frame_size=1000)
     buf = reader.get_buffer(-1)
     buf[:4] = struct.pack(">i", size)
+    reader.buffer_updated(4)
     with pytest.raises(FrameTooLarge):
-        reader.buffer_updated(4)
+        reader.next_frame()
 
 
 @settings(max_examples=200, deadline=None)
@@ -81,3 +94,47 @@ def test_random_bytes_only_protocol_errors(data: bytes) -> None:
         read_all(reader, data, [7])
     except ProtocolError:
         pass
+
+
+def test_charges_bytes_as_they_arrive_not_the_declared_size() -> None:
+    charged: list[int] = []
+    reader = BufferedFrameReader(charge=charged.append)
+    buf = reader.get_buffer(-1)
+    buf[:5] = struct.pack(">i", 100 << 20) + b"x"  # a 100 MiB size prefix and one byte
+    reader.buffer_updated(5)
+    assert reader.next_frame() is None
+    assert sum(charged) == 1 and reader.partial_stored == 1
+    target = reader.get_buffer(-1)
+    assert len(target) == (100 << 20) - 1
+    target[:4096] = b"y" * 4096
+    reader.buffer_updated(4096)
+    assert sum(charged) == 4097 and not reader.frame_ready
+    reader.close()
+    assert reader.partial_stored == 0 and reader.buffered == 0
+
+
+def test_small_frames_are_charged_when_taken_one_at_a_time() -> None:
+    charged: list[int] = []
+    reader = BufferedFrameReader(charge=charged.append)
+    data = stream_of([b"a" * 10, b"b" * 20, b"c" * 30])
+    buf = reader.get_buffer(-1)
+    buf[:len(data)] = data
+    reader.buffer_updated(len(data))
+    assert reader.frame_ready and charged == []
+    assert bytes(reader.next_frame()) == b"a" * 10 and charged == [10]
+    assert reader.frame_ready and reader.buffered == len(data) - 14
+    assert [bytes(f) for f in drain(reader)] == [b"b" * 20, b"c" * 30]
+    assert charged == [10, 20, 30] and not reader.frame_ready and reader.buffered == 0
+
+
+def test_drained_scratch_buffers_are_shared() -> None:
+    first = BufferedFrameReader()
+    buf = first.get_buffer(-1)
+    buf[:6] = stream_of([b"hi"])
+    first.buffer_updated(6)
+    assert bytes(first.next_frame()) == b"hi"
+    assert first.next_frame() is None and first.buffered == 0
+    spare = BufferedFrameReader._spares[-1]
+    second = BufferedFrameReader()
+    second.get_buffer(-1)
+    assert second._scratch is spare
