@@ -64,6 +64,7 @@ class Broker:
         self.request_memory = RequestMemory(None if queued == -1 else queued,
                                             self._request_memory_changed)
         self.bad_input_log = RateLimitedLog(logging.getLogger("broker.connection"), monotonic)
+        self.memory_log = RateLimitedLog(log, monotonic, burst=1)
         self.metrics.register_connections(self.connections, self.request_memory)
         overrides = {topic_key: str(getattr(config, attr))
                      for topic_key, attr in TOPIC_DEFAULTS_FROM_BROKER.items()}
@@ -192,8 +193,9 @@ class Broker:
 
     def _request_memory_changed(self) -> None:
         if self.request_memory.full:
-            log.warning("request memory full (queued.max.request.bytes=%d): reading paused "
-                        "on every connection", self.request_memory.capacity)
+            self.memory_log.warning(
+                f"request memory full (queued.max.request.bytes="
+                f"{self.request_memory.capacity}): reading paused on every connection")
         for conn in list(self.connections):
             conn.memory_changed()
 

@@ -193,13 +193,14 @@ class BufferedFrameReader:
 
     @property
     def frame_ready(self) -> bool:
-        """A whole frame is buffered: ``next_frame()`` would return it."""
+        """``next_frame()`` would not return None: a whole frame is buffered (or a size prefix
+        it would refuse). Reading should wait while this holds."""
         if self._frame is not None:
             return self._have == len(self._frame)
         if self._end - self._start < 4:
             return False
         size = _SIZE.unpack_from(self._scratch, self._start)[0]
-        return 0 <= size <= self._end - self._start - 4
+        return not 0 <= size <= self.max_frame_size or size <= self._end - self._start - 4
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         if self._frame is not None:
@@ -209,6 +210,8 @@ class BufferedFrameReader:
             scratch = self._scratch = self._take_spare()
         if self._start == self._end:
             self._start = self._end = 0
+        elif self._move_to_own_map():  # the partial frame is large: read on into its map
+            return memoryview(self._frame)[self._have:]
         elif len(scratch) - self._end < 4096:  # move the partial frame to the front
             n = self._end - self._start
             scratch[:n] = scratch[self._start:self._end]
@@ -255,16 +258,29 @@ class BufferedFrameReader:
             if self._charge is not None:
                 self._charge(size)
             return memoryview(scratch[body:body + size])  # one copy, small
-        if size > len(scratch) // 2:
-            # its own map: pages are only backed by memory once bytes are written to them
-            frame = mmap.mmap(-1, size, flags=_MAP_FLAGS)
-            frame[:available] = scratch[body:self._end]
-            self._frame, self._have = frame, available
-            self._start = self._end = 0
-            self._give_back_scratch()
-            if self._charge is not None:
-                self._charge(available)
+        self._move_to_own_map()
         return None
+
+    def _move_to_own_map(self) -> bool:
+        """If the unfinished frame at the front of the scratch buffer is larger than half
+        of it, move it into a map of its own (its pages are only backed by memory once bytes
+        are written to them). Done as soon as its size is known, whether or not the caller
+        is taking frames, so the scratch buffer never fills up with one frame."""
+        start = self._start
+        available = self._end - start - 4
+        if available < 0:
+            return False
+        scratch = self._scratch
+        size = _SIZE.unpack_from(scratch, start)[0]
+        if not len(scratch) // 2 < size <= self.max_frame_size or available >= size:
+            return False
+        frame = mmap.mmap(-1, size, flags=_MAP_FLAGS)
+        frame[:available] = scratch[start + 4:self._end]
+        self._frame, self._have = frame, available
+        self._give_back_scratch()
+        if self._charge is not None:
+            self._charge(available)
+        return True
 
     def close(self) -> None:
         """Drop what is buffered (the connection is gone); the scratch buffer is handed back."""

@@ -138,3 +138,32 @@ def test_drained_scratch_buffers_are_shared() -> None:
     second = BufferedFrameReader()
     second.get_buffer(-1)
     assert second._scratch is spare
+
+
+@settings(max_examples=120, deadline=None)
+@given(sizes=st.lists(st.one_of(st.integers(0, 40), st.integers(20000, 40000),
+                                st.integers(33000, 140000)), max_size=6),
+       chunks=st.lists(st.integers(min_value=1, max_value=70000), min_size=1, max_size=8),
+       busy=st.lists(st.booleans(), min_size=1, max_size=8))
+def test_a_busy_caller_reads_on_until_a_frame_is_ready(sizes, chunks, busy) -> None:
+    """As a connection uses it: bytes keep arriving while the caller is busy with a request
+    (it takes no frame), and stop only while a whole frame waits (``frame_ready``). The
+    buffer handed out is never empty, and the frames come out whole and in order."""
+    frames = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    data = stream_of(frames)
+    reader = BufferedFrameReader(scratch_size=65536)
+    out: list[bytes] = []
+    pos = i = 0
+    while len(out) < len(frames):
+        if not busy[i % len(busy)]:
+            while (frame := reader.next_frame()) is not None:
+                out.append(bytes(frame))
+        if pos < len(data) and not reader.frame_ready:
+            buf = reader.get_buffer(-1)
+            assert len(buf) > 0
+            n = min(len(buf), chunks[i % len(chunks)], len(data) - pos)
+            buf[:n] = data[pos:pos + n]
+            pos += n
+            reader.buffer_updated(n)
+        i += 1
+    assert out == frames and reader.buffered == 0
