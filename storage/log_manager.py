@@ -60,6 +60,22 @@ FLUSH_MODES = ("fsync", "none")
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _DELETE_DIR = re.compile(r".*\.[0-9a-f]{32}-delete")
+MAX_FILE_NAME = 255  # bytes in one path component on common file systems
+
+
+def doomed_dir_name(directory: str, unique: str) -> str:
+    """``<dir>.<unique>-delete``, the topic part of the name cut so the last component fits
+    in MAX_FILE_NAME bytes (as Kafka does: a 249-character topic name leaves no room for the
+    suffix)."""
+    parent, _, base = directory.rpartition(os.sep)
+    suffix = f".{unique}{DELETE_DIR_SUFFIX}"
+    topic, _, partition = base.rpartition("-")
+    room = MAX_FILE_NAME - len(suffix) - len(partition) - 1
+    encoded = topic.encode("utf-8")
+    if len(encoded) > room:
+        topic = encoded[:room].decode("utf-8", "ignore")
+    name = f"{topic}-{partition}{suffix}"
+    return f"{parent}{os.sep}{name}" if parent or directory.startswith(os.sep) else name
 
 
 def wall_clock_ms() -> int:
@@ -497,7 +513,9 @@ class LogManager:
         directory = str(self._path(partition_dir_name(tp)))
         if self.fs.exists(directory):  # a stale directory must not resurface as data
             log.warning("moving aside stale directory %s", directory)
-            self._doom_dir(directory)
+            if not self._doom_dir(directory):
+                raise KafkaError(Error.KAFKA_STORAGE_ERROR,
+                                 f"cannot move aside the stale directory {directory}")
         plog = open_partition_log(
             self.fs,
             directory,
@@ -511,16 +529,18 @@ class LogManager:
         self.fs.fsync_dir(self.data_dir)
         return plog
 
-    def _doom_dir(self, directory: str) -> None:
-        doomed = f"{directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    def _doom_dir(self, directory: str) -> bool:
+        """Rename ``directory`` for deletion in the background; False if that failed."""
+        doomed = doomed_dir_name(directory, uuid.uuid4().hex)
         try:
             self.fs.rename(directory, doomed)
         except OSError as exc:
             log.error("could not rename %s for deletion: %s", directory, exc)
-            return
+            return False
         self._doomed_dirs.append(doomed)
         if self._dirty_event is not None:
             self._dirty_event.set()
+        return True
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic: metadata first, then its directories are renamed
