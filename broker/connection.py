@@ -17,7 +17,8 @@ requires it): every request takes a slot in a FIFO and the head is written once 
 Back-pressure: reading stops while a whole frame is waiting for its turn, while the bytes of
 requests in flight plus responses not yet flushed exceed ``connection.max.pending.bytes``,
 while the transport's write buffer is full, or while the broker's request memory
-(``queued.max.request.bytes``, broker/request_memory.py) is full. A frame larger than
+(``queued.max.request.bytes``, broker/request_memory.py) is full - for a connection in the
+middle of a large request already at 7/8 of it. A frame larger than
 ``socket.request.max.bytes`` closes the connection before it is buffered.
 
 Time: ``last_active`` (monotonic ms) moves when a whole request arrives or a response is
@@ -206,8 +207,10 @@ class Connection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self.closed or self.transport is None:
             return
-        should_pause = (self.reader.frame_ready or self.writing_paused or self.memory.full
-                        or self.pending_bytes > self.max_pending)
+        memory = self.memory
+        should_pause = (self.reader.frame_ready or self.writing_paused
+                        or self.pending_bytes > self.max_pending
+                        or (memory.large_full and (memory.full or self.reader.receiving_large)))
         if should_pause and not self.reading_paused:
             self.transport.pause_reading()
             self.reading_paused = True

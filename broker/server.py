@@ -192,10 +192,12 @@ class Broker:
             self.connections_per_ip.pop(conn.ip, None)
 
     def _request_memory_changed(self) -> None:
-        if self.request_memory.full:
+        memory = self.request_memory
+        if memory.large_full:
             self.memory_log.warning(
-                f"request memory full (queued.max.request.bytes="
-                f"{self.request_memory.capacity}): reading paused on every connection")
+                f"request memory at {memory.used} of queued.max.request.bytes="
+                f"{memory.capacity}: reading paused on "
+                f"{'every connection' if memory.full else 'connections sending large requests'}")
         for conn in list(self.connections):
             conn.memory_changed()
 

@@ -192,6 +192,11 @@ class BufferedFrameReader:
         return self._have if self._frame is not None else 0
 
     @property
+    def receiving_large(self) -> bool:
+        """An unfinished frame is being read into its own map."""
+        return self._frame is not None and self._have < len(self._frame)
+
+    @property
     def frame_ready(self) -> bool:
         """``next_frame()`` would not return None: a whole frame is buffered (or a size prefix
         it would refuse). Reading should wait while this holds."""

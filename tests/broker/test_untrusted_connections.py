@@ -97,12 +97,14 @@ def test_size_prefixes_alone_pin_no_memory(tmp_path) -> None:
                 s.close()
 
 
-def test_request_memory_bound_pauses_reading_until_memory_is_given_back(tmp_path) -> None:
-    """queued.max.request.bytes: three clients stall halfway through 3 MiB requests and
-    fill the bound; every connection stops reading (a real producer waits) until the read
-    timeout closes the stalled ones, and then the producer's records go through."""
+def test_request_memory_bound_pauses_large_requests_until_memory_is_given_back(tmp_path) -> None:
+    """queued.max.request.bytes: three clients stall partway through 3 MiB requests and
+    take 7/8 of the bound. Connections in the middle of a large request stop reading, and a
+    new large request waits; small requests are still served. When the read timeout closes
+    the stalled ones, the large request goes through."""
     clock = ManualClock()
-    overrides = {"queued.max.request.bytes": str(4 * MiB), "socket.request.max.bytes": str(4 * MiB),
+    overrides = {"queued.max.request.bytes": str(4 * MiB),
+                 "socket.request.max.bytes": str(4 * MiB), "message.max.bytes": str(4 * MiB),
                  "socket.request.read.timeout.ms": "30000"}
     with BrokerThread(tmp_path / "d", overrides, monotonic=clock) as b:
         make_topic(b, "t")
@@ -111,15 +113,25 @@ def test_request_memory_bound_pauses_reading_until_memory_is_given_back(tmp_path
         try:
             for _ in range(3):
                 s = socket.create_connection(("127.0.0.1", b.broker.port))
-                s.sendall(struct.pack(">i", 3 * MiB) + b"\x00" * (3 * MiB // 2))
+                s.sendall(struct.pack(">i", 3 * MiB) + b"\x00" * (MiB + MiB // 5))
                 stalled.append(s)
-            assert wait_for(lambda: memory.full)
-            assert memory.used <= 4 * MiB + 3 * MiB // 2  # the bound plus at most one read
-            assert wait_for(lambda: all(c.reading_paused for c in list(b.broker.connections)))
-            clock.advance(31_000)
-            assert wait_for(lambda: not memory.full)
-            assert produce_confluent(b.bootstrap, "t", [b"after"]) == [0]
+            assert wait_for(lambda: memory.large_full)
+            assert not memory.full and memory.used <= 4 * MiB
+            assert wait_for(lambda: sum(c.reading_paused for c in list(b.broker.connections)) == 3)
+            assert produce_confluent(b.bootstrap, "t", [b"small"]) == [0]
+            clock.advance(20_000)
+            with KafkaWire.connect(b.bootstrap) as large:
+                big = produce_request("t", 0, records_batch([b"x" * (2 * MiB)]))
+                large.send(PRODUCE, 9, big)
+                large.sock.settimeout(0.5)
+                with pytest.raises(TimeoutError):
+                    large.sock.recv(1)  # not answered: its bytes wait behind the stalled ones
+                large.sock.settimeout(30)
+                clock.advance(11_000)  # the stalled ones are past the read timeout, it is not
+                response = large.receive()
+            assert response.responses[0].partition_responses[0].base_offset == 1
             assert bad_input_count(b.broker, "read_timeout") == 3
+            assert not memory.large_full
         finally:
             for s in stalled:
                 s.close()
