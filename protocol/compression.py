@@ -22,18 +22,38 @@ than that, and on corrupt input. Output sizes declared in the input (gzip ISIZE,
 size, zstd frame content size, snappy's length header) are used as hints to size the output
 buffer and to refuse early, never trusted for safety. The broker mainly decompresses
 (validation, internal topics, compaction); it compresses rarely.
+
+``stream_decompress(codec, data, max_output)`` is the produce path's reader: it yields the
+output in pieces of at most ``chunk_size`` bytes, so a caller walking the records holds a
+bounded window, and stops with ``ProtocolError`` as soon as the output passes ``max_output``
+(having produced at most one byte more). gzip streams through ``zlib`` (concatenated members;
+anything else after a member is refused), lz4 through the ``lz4`` package's frame decoder and
+zstd through ``zstandard``'s stream reader (concatenated frames), all three with an output
+bound per call, which cramjam's streaming decompressors lack. Stricter than the one-shot
+``decompress``, as Kafka's Java readers are: an lz4 frame must declare independent blocks
+and nothing may follow it (Kafka's Lz4BlockInputStream reads exactly one frame); a zstd
+stream must be whole frames (the frame and block headers are checked first, because the
+stream reader reports a truncated frame as a quiet end), and a frame's window, the memory
+its decoder needs, at most ``ZSTD_MAX_WINDOW`` (8 MiB, what compression levels up to 19
+use; Kafka's zstd-jni allows 128 MiB). snappy has no bounded streaming
+decoder: a raw block and each xerial block declare their output size up front, which is
+checked against what remains of ``max_output`` before the block is decompressed whole.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
+from collections.abc import Iterator
 from enum import IntEnum
 
 import cramjam
+import lz4.frame
+import zstandard
 
 from protocol.errors import ProtocolError
 
-__all__ = ["CompressionType", "compress", "decompress"]
+__all__ = ["STREAM_CHUNK", "CompressionType", "compress", "decompress", "stream_decompress"]
 
 
 class CompressionType(IntEnum):
@@ -214,3 +234,237 @@ def _zstd_content_size(data) -> int | None:
         return None
     value = int.from_bytes(data[pos : pos + size], "little")
     return value + 256 if size == 2 else value
+
+
+# -- streaming, bounded (the produce path) ----------------------------------------------------
+
+STREAM_CHUNK = 256 * 1024  # largest piece stream_decompress yields (snappy aside)
+_FEED = 64 * 1024  # compressed bytes handed to a decompressor per call
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_SKIPPABLE = 0x184D2A50  # ..0x184D2A5F, little-endian magic of a skippable frame
+# largest zstd window (decoder memory) accepted: what compression levels up to 19 use; a
+# frame can otherwise make the decoder allocate up to 128 MiB however little it holds
+ZSTD_MAX_WINDOW = 8 * 1024 * 1024
+_UINT24_LE_MASK = 0xFFFFFF
+
+
+def stream_decompress(
+    codec: int,
+    data: bytes | bytearray | memoryview,
+    max_output: int,
+    chunk_size: int = STREAM_CHUNK,
+) -> Iterator[bytes | memoryview]:
+    """Yield the decompressed ``data`` in pieces of at most ``chunk_size`` bytes.
+
+    Raises ProtocolError on corrupt, truncated or trailing input, and as soon as the output
+    passes ``max_output`` (no more than ``max_output + 1`` bytes are ever produced; snappy
+    refuses from the sizes its blocks declare). Pieces may be empty.
+    """
+    view = memoryview(data).cast("B")
+    if codec == CompressionType.NONE:
+        if len(view) > max_output:
+            raise ProtocolError(f"uncompressed data of {len(view)} bytes exceeds {max_output}")
+        for start in range(0, len(view), chunk_size):
+            yield view[start : start + chunk_size]
+        return
+    if codec == CompressionType.GZIP:
+        yield from _gunzip_stream(view, max_output, chunk_size)
+    elif codec == CompressionType.SNAPPY:
+        yield from _snappy_stream(view, max_output, chunk_size)
+    elif codec == CompressionType.LZ4:
+        yield from _lz4_stream(view, max_output, chunk_size)
+    elif codec == CompressionType.ZSTD:
+        yield from _zstd_stream(view, max_output, chunk_size)
+    else:
+        raise ProtocolError(f"unknown compression codec {codec}")
+
+
+def _too_large(name: str, max_output: int) -> ProtocolError:
+    return ProtocolError(f"{name}: records decompress to more than {max_output} bytes")
+
+
+def _gunzip_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator[bytes]:
+    end = len(view)
+    if end == 0:
+        raise ProtocolError("gzip: no compressed data")
+    pos = 0
+    total = 0
+    pending: bytes | memoryview = b""
+    d = zlib.decompressobj(31)
+    while True:
+        if not pending and pos < end:
+            pending = view[pos : pos + _FEED]
+            pos += len(pending)
+        limit = min(chunk_size, max_output - total + 1)
+        try:
+            out = d.decompress(pending, limit)
+        except zlib.error as e:
+            raise ProtocolError(f"gzip: corrupt data ({e})") from None
+        pending = d.unconsumed_tail
+        if out:
+            total += len(out)
+            if total > max_output:
+                raise _too_large("gzip", max_output)
+            yield out
+        if d.eof:
+            pos -= len(d.unused_data)  # the input after this member
+            if pos >= end:
+                return
+            if bytes(view[pos : pos + 2]) != _GZIP_MAGIC:
+                raise ProtocolError(
+                    f"gzip: {end - pos} bytes that are not a gzip member follow the data"
+                )
+            d = zlib.decompressobj(31)
+            pending = b""
+        elif not out and not pending and pos >= end:
+            raise ProtocolError("gzip: the compressed data is truncated")
+
+
+def _lz4_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator[bytes]:
+    end = len(view)
+    if end < 7 or bytes(view[:4]) != _LZ4_MAGIC:
+        raise ProtocolError("lz4: not an lz4 frame")
+    if not view[4] & 0x20:
+        raise ProtocolError(
+            "lz4: dependent blocks are not supported (Kafka reads independent blocks only)"
+        )
+    d = lz4.frame.LZ4FrameDecompressor()
+    pos = 0
+    total = 0
+    while not d.eof:
+        if d.needs_input:
+            if pos >= end:
+                raise ProtocolError("lz4: the compressed data is truncated")
+            feed = view[pos : pos + _FEED]
+            pos += len(feed)
+        else:
+            feed = b""
+        try:
+            out = d.decompress(feed, max_length=min(chunk_size, max_output - total + 1))
+        except RuntimeError as e:
+            raise ProtocolError(f"lz4: corrupt data ({e})") from None
+        if out:
+            total += len(out)
+            if total > max_output:
+                raise _too_large("lz4", max_output)
+            yield out
+    if d.unused_data or pos < end:
+        raise ProtocolError(
+            f"lz4: {len(d.unused_data) + end - pos} bytes follow the end of the frame"
+        )
+
+
+def _zstd_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator[bytes]:
+    _check_zstd_frames(view)
+    reader = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).stream_reader(
+        view, read_across_frames=True
+    )
+    total = 0
+    try:
+        while True:
+            out = reader.read(min(chunk_size, max_output - total + 1))
+            if not out:
+                return
+            total += len(out)
+            if total > max_output:
+                raise _too_large("zstd", max_output)
+            yield out
+    except zstandard.ZstdError as e:
+        raise ProtocolError(f"zstd: corrupt data ({e})") from None
+    finally:
+        reader.close()
+
+
+def _check_zstd_frames(view: memoryview) -> None:
+    """The input is whole zstd frames (RFC 8878 3.1), skippable frames allowed, nothing else:
+    walks the frame and block headers without decompressing."""
+    end = len(view)
+    pos = 0
+    if end == 0:
+        raise ProtocolError("zstd: no compressed data")
+    while pos < end:
+        if end - pos < 8:
+            raise ProtocolError(f"zstd: {end - pos} bytes that are not a frame at {pos}")
+        magic = _UINT32_LE.unpack_from(view, pos)[0]
+        if magic & 0xFFFFFFF0 == _ZSTD_SKIPPABLE:
+            pos += 8 + _UINT32_LE.unpack_from(view, pos + 4)[0]
+            if pos > end:
+                raise ProtocolError("zstd: truncated skippable frame")
+            continue
+        if bytes(view[pos : pos + 4]) != _ZSTD_MAGIC:
+            raise ProtocolError(f"zstd: bytes that are not a frame at {pos}")
+        descriptor = view[pos + 4]
+        single_segment = descriptor & 0x20
+        fcs_size = ((1 if single_segment else 0), 2, 4, 8)[descriptor >> 6]
+        fcs_at = pos + 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 0x03]
+        if end < fcs_at + fcs_size:
+            raise ProtocolError("zstd: the compressed data is truncated")
+        if single_segment:  # the window is the content size
+            window = int.from_bytes(view[fcs_at : fcs_at + fcs_size], "little")
+            window += 256 if fcs_size == 2 else 0
+        else:
+            exponent, mantissa = view[pos + 5] >> 3, view[pos + 5] & 7
+            window = (1 << (10 + exponent)) + ((1 << (10 + exponent)) >> 3) * mantissa
+        if window > ZSTD_MAX_WINDOW:
+            raise ProtocolError(
+                f"zstd: a frame needs a window of {window} bytes, more than {ZSTD_MAX_WINDOW} "
+                "(compression levels above 19 are not accepted)"
+            )
+        pos = fcs_at + fcs_size
+        while True:
+            if end - pos < 3:
+                raise ProtocolError("zstd: the compressed data is truncated")
+            block = int.from_bytes(view[pos : pos + 3], "little")
+            pos += 3
+            block_type = (block >> 1) & 3
+            if block_type == 3:
+                raise ProtocolError("zstd: corrupt data (reserved block type)")
+            pos += 1 if block_type == 1 else block >> 3
+            if block & 1:  # last block
+                break
+        if descriptor & 0x04:  # content checksum
+            pos += 4
+        if pos > end:
+            raise ProtocolError("zstd: the compressed data is truncated")
+
+
+def _snappy_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator[memoryview]:
+    if bytes(view[:8]) != XERIAL_MAGIC:
+        out = memoryview(_raw_snappy(view, max_output))
+        for start in range(0, len(out), chunk_size):
+            yield out[start : start + chunk_size]
+        return
+    end = len(view)
+    total = 0
+    pos = 0
+    while pos < end:
+        if bytes(view[pos : pos + 8]) == XERIAL_MAGIC:
+            if end - pos < _XERIAL_HEADER.size:
+                raise ProtocolError("snappy: truncated xerial header")
+            pos += _XERIAL_HEADER.size
+            continue
+        if end - pos < 4:
+            raise ProtocolError(f"snappy: truncated xerial block length at {pos}")
+        length = _INT32_BE.unpack_from(view, pos)[0]
+        pos += 4
+        if length < 0 or length > end - pos:
+            raise ProtocolError(f"snappy: xerial block length {length} at {pos - 4} out of range")
+        block = view[pos : pos + length]
+        pos += length
+        try:
+            size = cramjam.snappy.decompress_raw_len(block)
+        except cramjam.DecompressionError as e:
+            raise ProtocolError(f"snappy: {e}") from None
+        total += size
+        if total > max_output:
+            raise _too_large("snappy", max_output)
+        out = bytearray(size)
+        try:
+            n = cramjam.snappy.decompress_raw_into(block, out)
+        except cramjam.DecompressionError as e:
+            raise ProtocolError(f"snappy: {e}") from None
+        if n != size:
+            raise ProtocolError(f"snappy: block produced {n} bytes, declared {size}")
+        result = memoryview(out)
+        for start in range(0, size, chunk_size):
+            yield result[start : start + chunk_size]

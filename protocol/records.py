@@ -29,8 +29,12 @@ A control batch (transactional + control bits) holds one control record. Its key
 version int16 (0) + type int16 (0 ABORT, 1 COMMIT, ...); an ABORT/COMMIT value (Kafka's
 EndTransactionMarker) is version int16 (0) + coordinatorEpoch int32.
 
-The produce path never decodes records: ``validate_batches`` checks headers and CRCs, and
-the broker rewrites baseOffset / partitionLeaderEpoch in place (outside the CRC).
+The produce path checks headers and CRCs with ``validate_batches``, then walks the records of
+every batch with ``protocol.validator`` (framing, counts, offset deltas, timestamps, keys,
+headers; compressed batches streamed under a cap) without building ``Record`` objects, and
+rewrites baseOffset / partitionLeaderEpoch in place (outside the CRC). ``iter_records``
+materialises records only where the broker must understand them (control records, internal
+topics, log reading tools).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ __all__ = [
     "ControlType",
     "CorruptRecordError",
     "InvalidRecordError",
+    "InvalidTimestampError",
     "Record",
     "build_batch",
     "build_control_batch",
@@ -135,15 +140,30 @@ class InvalidRecordError(ProtocolError):
     """A batch the broker must refuse; Kafka answers INVALID_RECORD.
 
     ``reason`` says precisely what is wrong; ``position`` is the start of the offending
-    batch in the buffer that was examined (None when not about one batch).
+    batch in the buffer that was examined (None when not about one batch). ``record_errors``
+    lists ``(index of the record in its batch, message)`` for the per-record rules whose
+    failures Kafka reports record by record (a missing key on a compacted topic, a timestamp
+    out of range); empty for everything else.
     """
 
     error_code = Error.INVALID_RECORD
 
-    def __init__(self, reason: str, position: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        position: int | None = None,
+        record_errors: list[tuple[int, str]] | None = None,
+    ) -> None:
         super().__init__(reason if position is None else f"{reason} (batch at position {position})")
         self.reason = reason
         self.position = position
+        self.record_errors = record_errors or []
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """Records whose timestamps the topic refuses; Kafka answers INVALID_TIMESTAMP."""
+
+    error_code = Error.INVALID_TIMESTAMP
 
 
 class CorruptRecordError(InvalidRecordError):

@@ -5,8 +5,11 @@ base offset; the log owns log_start_offset (first visible offset), log_end_offse
 offset to assign) and the high watermark (end of what consumers may read).
 
 Append runs Kafka's order, synchronously on the event loop:
-  validate batches -> assign offsets (rewrite baseOffset in place, stamp the leader epoch,
-  LogAppendTime) -> roll if needed -> validate producer state (producer_state.py: epochs,
+  validate batches (header, CRC, sizes; for client appends the record walk of
+  protocol/validator.py: framing, counts, offset deltas, keys on compacted topics,
+  timestamps, compressed batches decompressed as a stream under a cap) -> assign offsets
+  (rewrite baseOffset in place, stamp the leader epoch, LogAppendTime, or the true largest
+  record timestamp as maxTimestamp, as Kafka's LogValidator does) -> roll if needed -> validate producer state (producer_state.py: epochs,
   sequences; a duplicate of a recent batch returns its original offsets and writes nothing)
   -> write to the active segment -> update indexes -> apply the staged producer state ->
   index aborted transactions and complete them -> mark dirty for the flusher.
@@ -24,6 +27,12 @@ high watermark moves, which is also when the last stable offset can move.
 Unlike Kafka's log, the append does not itself refuse a client's transactional batch that
 opens a transaction without a verification guard: the produce handler asks the transaction
 coordinator and appends with nothing in between (broker/handlers/produce.py).
+
+The client-origin checks up to the record walk are `validate_client_append` (a
+`ClientAppend`): the produce handler runs them first, finishing a large compressed batch's
+walk in a worker thread, and hands the result to `append(validated=...)` so nothing is
+walked twice; `append` runs them itself when not given one. Nothing invalid reaches a
+segment either way.
 
 Producer state snapshots (`%020d.snapshot`) are written on roll, on close and by the log
 manager's periodic producer-expiration task, and fsynced by the next flush round; at open
@@ -54,6 +63,7 @@ from dataclasses import dataclass
 
 from protocol.errors import Error, KafkaError, ProtocolError
 from protocol.records import (
+    CREATE_TIME,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     MAGIC,
@@ -61,7 +71,6 @@ from protocol.records import (
     TRANSACTIONAL_MASK,
     BatchHeader,
     ControlType,
-    CorruptRecordError,
     InvalidRecordError,
     iter_records,
     parse_control_record,
@@ -70,6 +79,7 @@ from protocol.records import (
     set_partition_leader_epoch,
     validate_batches,
 )
+from protocol.validator import DEFAULT_MAX_UNCOMPRESSED, RecordsSummary, RecordWalk
 from storage.config import LOG_APPEND_TIME as LOG_APPEND_TIME_CONFIG
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
@@ -95,6 +105,53 @@ ORIGINS = ("client", "coordinator", "replication")
 
 # staged updates per producer id | (entry, its next batch) | the batch a retry duplicates
 _Analysis = dict[int, ProducerAppendInfo] | tuple[ProducerStateEntry, BatchMetadata] | BatchMetadata
+
+
+class RecordValidationError(KafkaError):
+    """A batch refused with per-record errors (Kafka's RecordValidationException):
+    ``record_errors`` is [(index of the record in its batch, message)]."""
+
+    def __init__(self, code: Error, message: str, record_errors: list[tuple[int, str]]) -> None:
+        super().__init__(code, message)
+        self.record_errors = record_errors
+
+
+def _refusal(exc: InvalidRecordError) -> KafkaError:
+    if exc.record_errors:
+        return RecordValidationError(exc.error_code, exc.reason, exc.record_errors)
+    return KafkaError(exc.error_code, exc.reason)
+
+
+class ClientAppend:
+    """A client append's checks up to the record walk (``PartitionLog.validate_client_append``).
+
+    ``run(budget)`` walks the records until done (True) or until ``budget`` decompressed
+    bytes were read (False: call again, e.g. in a worker thread); raises KafkaError. Reads
+    only the buffer it was made from and the values captured at creation.
+    """
+
+    __slots__ = ("_walks", "headers", "summaries")
+
+    def __init__(self, headers: list[BatchHeader], walks: list[RecordWalk]) -> None:
+        self.headers = headers
+        self._walks = walks
+        self.summaries: list[RecordsSummary] | None = None
+
+    def run(self, budget: int | None = None) -> bool:
+        if self.summaries is not None:
+            return True
+        refusal = None
+        try:
+            for walk in self._walks:
+                if not walk.run(budget):
+                    return False
+        except InvalidRecordError as exc:
+            refusal = _refusal(exc)
+        walks, self._walks = self._walks, []  # done: let go of the records buffer
+        if refusal is not None:
+            raise refusal  # outside the except: no context holding the walk's frames
+        self.summaries = [walk.summary for walk in walks]
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +193,10 @@ class FlushJob:
 
 
 class PartitionLog:
+    # message.max.uncompressed.bytes for appends that are not given one (the produce
+    # handler passes the broker's)
+    max_uncompressed_bytes = DEFAULT_MAX_UNCOMPRESSED
+
     def __init__(
         self,
         directory: str,
@@ -227,49 +288,57 @@ class PartitionLog:
 
     # -- append -----------------------------------------------------------------------------
 
-    def append(
+    def validate_client_append(
         self,
         records: bytes | bytearray | memoryview,
         *,
-        origin: str = "client",
-        transaction_version: int = 0,
-    ) -> AppendResult:
-        """Append a concatenation of v2 batches; returns the offsets assigned.
-
-        Writable buffers (bytearray, writable memoryview) are rewritten in place
-        (baseOffset, partitionLeaderEpoch, LogAppendTime); immutable ones are copied once.
-        `origin` is "client" (Kafka's AppendOrigin.CLIENT: control batches refused,
-        sequences checked, duplicates detected) or "coordinator" (transaction markers,
-        internal topics: epochs checked). `transaction_version` applies to markers (2: the
-        marker's epoch must exceed the data's). Producer state errors raise KafkaError
-        (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE,
-        TRANSACTION_COORDINATOR_FENCED) before anything is written.
-        """
-        self._check_writable()
-        if origin not in ORIGINS:
-            raise ValueError(f"unknown append origin {origin!r}")
-        buf: bytearray | memoryview
-        if isinstance(records, bytearray):
-            buf = records
-        elif isinstance(records, memoryview) and not records.readonly:
-            buf = records.cast("B") if records.format != "B" else records
-        else:
-            buf = bytearray(records)
+        max_uncompressed: int | None = None,
+        now: int | None = None,
+    ) -> ClientAppend:
+        """The checks of a client append before offsets are assigned: magic, headers and
+        CRCs, sizes (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE), and the record walks, ready
+        to ``run``. Raises KafkaError; ``records`` must be what is then appended."""
         config = self.config
-        if len(buf) > MAGIC_OFFSET and buf[MAGIC_OFFSET] in (0, 1):
+        if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] in (0, 1):
             # Kafka 4 refuses v0/v1 message sets from producers before looking further
             raise KafkaError(
                 Error.INVALID_RECORD,
-                f"magic {buf[MAGIC_OFFSET]} not supported, only magic {MAGIC} record batches",
+                f"magic {records[MAGIC_OFFSET]} not supported, only magic {MAGIC} record batches",
             )
         try:
-            headers = validate_batches(buf, from_client=origin == "client")
-        except CorruptRecordError as exc:
-            raise KafkaError(Error.CORRUPT_MESSAGE, exc.reason) from None
+            headers = validate_batches(records, from_client=True)
         except InvalidRecordError as exc:
-            raise KafkaError(Error.INVALID_RECORD, exc.reason) from None
-        if not headers:
-            return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
+            raise KafkaError(exc.error_code, exc.reason) from None
+        self._check_sizes(headers)
+        if now is None:
+            now = self._clock()
+        log_append_time = config.message_timestamp_type == LOG_APPEND_TIME_CONFIG
+        bounds = (
+            None
+            if log_append_time
+            else (
+                now - config.message_timestamp_before_max_ms,
+                now + config.message_timestamp_after_max_ms,
+            )
+        )
+        require_keys = "compact" in config.cleanup_policy
+        cap = self.max_uncompressed_bytes if max_uncompressed is None else max_uncompressed
+        walks = [
+            RecordWalk(
+                records,
+                header,
+                require_keys=require_keys,
+                timestamp_bounds=bounds,
+                log_append_time=log_append_time,
+                max_uncompressed=cap,
+                topic_partition=str(self.topic_partition),
+            )
+            for header in headers
+        ]
+        return ClientAppend(headers, walks)
+
+    def _check_sizes(self, headers: list[BatchHeader]) -> int:
+        config = self.config
         total = 0
         for header in headers:
             if header.size > config.max_message_bytes:
@@ -287,17 +356,72 @@ class PartitionLog:
                 f"{self.topic_partition} which exceeds the maximum configured segment size "
                 f"of {config.segment_bytes}.",
             )
+        return total
+
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        origin: str = "client",
+        transaction_version: int = 0,
+        validated: ClientAppend | None = None,
+    ) -> AppendResult:
+        """Append a concatenation of v2 batches; returns the offsets assigned.
+
+        Writable buffers (bytearray, writable memoryview) are rewritten in place
+        (baseOffset, partitionLeaderEpoch, LogAppendTime); immutable ones are copied once.
+        `origin` is "client" (Kafka's AppendOrigin.CLIENT: control batches refused,
+        sequences checked, duplicates detected) or "coordinator" (transaction markers,
+        internal topics: epochs checked). `transaction_version` applies to markers (2: the
+        marker's epoch must exceed the data's). Producer state errors raise KafkaError
+        (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE,
+        TRANSACTION_COORDINATOR_FENCED) before anything is written. Client appends are
+        walked record by record first (``validate_client_append``), unless ``validated``
+        (made from these same ``records``, already run) is given.
+        """
+        self._check_writable()
+        if origin not in ORIGINS:
+            raise ValueError(f"unknown append origin {origin!r}")
+        buf: bytearray | memoryview
+        if isinstance(records, bytearray):
+            buf = records
+        elif isinstance(records, memoryview) and not records.readonly:
+            buf = records.cast("B") if records.format != "B" else records
+        else:
+            buf = bytearray(records)
+        config = self.config
+        summaries: list[RecordsSummary] | None = None
+        if origin == ORIGIN_CLIENT:
+            if not records:
+                return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
+            if validated is None:
+                validated = self.validate_client_append(buf)
+            validated.run()
+            headers = validated.headers
+            summaries = validated.summaries
+            total = sum(header.size for header in headers)
+        else:
+            if len(buf) > MAGIC_OFFSET and buf[MAGIC_OFFSET] in (0, 1):
+                raise KafkaError(
+                    Error.INVALID_RECORD,
+                    f"magic {buf[MAGIC_OFFSET]} not supported, only magic {MAGIC} record batches",
+                )
+            try:
+                headers = validate_batches(buf, from_client=False)
+            except InvalidRecordError as exc:
+                raise KafkaError(exc.error_code, exc.reason) from None
+            if not headers:
+                return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
+            total = self._check_sizes(headers)
         now = self._clock()
         log_append_time = config.message_timestamp_type == LOG_APPEND_TIME_CONFIG
-        if not log_append_time and origin == "client":
-            self._validate_timestamps(headers, now)
 
         # assign offsets: rewrite baseOffset (outside the CRC) batch by batch
         first_offset = offset = self._log_end_offset
         batches: list[AppendedBatch] = []
         max_timestamp = NO_TIMESTAMP
         has_producer_ids = False
-        for header in headers:
+        for i, header in enumerate(headers):
             if header[9] >= 0:  # producer_id
                 has_producer_ids = True
             position = header.position
@@ -307,6 +431,11 @@ class PartitionLog:
             if log_append_time:
                 set_max_timestamp_and_type(buf, position, now, LOG_APPEND_TIME)
                 batch_max = now
+            elif summaries is not None:
+                # Kafka's LogValidator: maxTimestamp := the largest record timestamp (a
+                # no-op, CRC untouched, when the producer wrote it right)
+                batch_max = summaries[i].max_timestamp
+                set_max_timestamp_and_type(buf, position, batch_max, CREATE_TIME)
             last = offset + header.last_offset_delta
             batches.append(AppendedBatch(header.size, last, batch_max))
             max_timestamp = max(max_timestamp, batch_max)
@@ -528,25 +657,6 @@ class PartitionLog:
             record.timestamp,
             transaction_version,
         )
-
-    def _validate_timestamps(self, headers: list[BatchHeader], now: int) -> None:
-        """Kafka's CreateTime checks, per batch (first and largest timestamp)."""
-        before_max = self.config.message_timestamp_before_max_ms
-        after_max = self.config.message_timestamp_after_max_ms
-        for header in headers:
-            first, largest = header.base_timestamp, header.max_timestamp
-            if first != NO_TIMESTAMP and now - first > before_max:
-                raise KafkaError(
-                    Error.INVALID_TIMESTAMP,
-                    f"Timestamp {first} of message is out of range. The timestamp should be "
-                    f"within [{now - before_max}, {now + after_max}]",
-                )
-            if largest != NO_TIMESTAMP and largest - now > after_max:
-                raise KafkaError(
-                    Error.INVALID_TIMESTAMP,
-                    f"Timestamp {largest} of message is out of range. The timestamp should be "
-                    f"within [{now - before_max}, {now + after_max}]",
-                )
 
     def _mark_unflushed(self, segment: LogSegment, with_indexes: bool, notify: bool = True) -> None:
         key = segment.base_offset

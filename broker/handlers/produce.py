@@ -2,8 +2,14 @@
 
 Appends each partition's record batch to its log as Kafka's leader does and answers per
 partition with the base offset, the log append time (-1 unless the topic uses
-LogAppendTime) and the log start offset. Records are never decoded here: the handler peeks
-at the first batch header, the log validates and rewrites the batches in place.
+LogAppendTime) and the log start offset. The handler peeks at the first batch header, then
+has the log validate the batch (``PartitionLog.validate_client_append``: header, CRC, sizes
+and the record walk of protocol/validator.py, which decodes no record objects); a
+compressed batch whose walk passes ``_LOOP_BUDGET`` decompressed bytes is finished in a
+worker thread, so one decompression bomb does not stall the event loop; the validated
+batch is then appended (and rewritten in place) without being walked again. A validation
+failure is reported where the append would have failed, after the checks Kafka makes
+before appending (internal topic, transaction verification).
 
 - acks 0: no response; if any partition fails the connection is closed (Kafka does this so
   the producer notices and refreshes metadata). acks 1: answer after the append. acks -1
@@ -11,14 +17,20 @@ at the first batch header, the log validates and rewrites the batches in place.
   immediate with log.flush.mode=none), bounded by ``timeout_ms`` when it is positive
   (REQUEST_TIMED_OUT after it, the data stays appended, as in Kafka). Other values:
   INVALID_REQUIRED_ACKS.
-- Every append of a request happens before its first await, so requests on one connection
-  reach the log in order.
+- The appends of a request all happen together, synchronously, after its validations (the
+  only await before them is a large batch's walk in a worker thread, or the coordinator for
+  v12); the connection runs one request at a time until the handler calls
+  ``ctx.release_connection()``, right after the appends and before waiting for the disk,
+  so requests on one connection reach the log in order.
 - Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION (as in Kafka 4, produce never creates a
   topic; clients create them through Metadata), INVALID_TOPIC_EXCEPTION for internal topics,
   INVALID_RECORD (no batch, not magic 2, more than one batch - v3+ carries exactly one per
-  partition -, bad counts, control batches from clients), UNSUPPORTED_COMPRESSION_TYPE (zstd
-  before v7), CORRUPT_MESSAGE (CRC, impossible lengths), MESSAGE_TOO_LARGE,
-  RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, KAFKA_STORAGE_ERROR. v8+ carries error_message.
+  partition -, bad counts, control batches from clients, malformed records, bad offset
+  deltas, corrupt compressed data or more than message.max.uncompressed.bytes of it, and,
+  with record_errors, records without a key on a compacted topic),
+  UNSUPPORTED_COMPRESSION_TYPE (zstd before v7), CORRUPT_MESSAGE (CRC, impossible
+  lengths), MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP (with
+  record_errors), KAFKA_STORAGE_ERROR. v8+ carries error_message and record_errors.
 - Transactional batches: without a transactional_id the whole request fails with
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; transactional batches from more than one producer
   id fail it with INVALID_PRODUCER_ID_MAPPING. A partition where the producer has no
@@ -41,11 +53,9 @@ from __future__ import annotations
 import asyncio
 import weakref
 
-from crc32c import crc32c
-
 from broker.handlers._txn import txn_coordinator, verification_error
 from broker.handlers.metadata import INTERNAL_TOPICS
-from protocol.errors import Error, KafkaError, ProtocolError
+from protocol.errors import Error, KafkaError
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import (
     BatchIndexAndErrorMessage,
@@ -53,7 +63,8 @@ from protocol.messages.produce_response import (
     ProduceResponse,
     TopicProduceResponse,
 )
-from protocol.records import ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, BatchHeader, iter_records
+from protocol.records import HEADER_SIZE, MAGIC, BatchHeader
+from storage.partition_log import RecordValidationError
 from storage.topic_partition import TopicPartition
 
 API_KEY = 0
@@ -62,6 +73,9 @@ IMPLICIT_ADD_VERSION = 12  # transaction version 2 (KIP-890 part 2)
 ADMIN_CLIENT_ID = "__admin_client"  # Kafka lets only its admin client write internal topics
 ZSTD = 4
 VALID_ACKS = (-1, 0, 1)
+# decompressed bytes a batch's walk may take on the event loop before it moves to a worker
+# thread (about a millisecond of zstd/lz4 and walking; see bench/bench_protocol_records.py)
+_LOOP_BUDGET = 1 << 20
 # coordinator answers older clients may not retry: NOT_ENOUGH_REPLICAS makes all of them
 # retry without refreshing metadata (Kafka's ReplicaManager translation)
 _NOT_VERIFIED = dict.fromkeys((Error.CONCURRENT_TRANSACTIONS, Error.NETWORK_EXCEPTION,
@@ -78,7 +92,7 @@ _NO_LOG_START = frozenset({Error.UNKNOWN_TOPIC_OR_PARTITION, Error.NOT_LEADER_OR
 class _Entry:
     """One partition of the request on its way to the log."""
 
-    __slots__ = ("header", "plog", "records", "response", "topic")
+    __slots__ = ("error", "header", "plog", "records", "response", "topic", "validated")
 
     def __init__(self, topic: str, response: PartitionProduceResponse, plog, records,
                  header: BatchHeader) -> None:
@@ -87,6 +101,8 @@ class _Entry:
         self.plog = plog
         self.records = records
         self.header = header
+        self.validated = None  # storage.partition_log.ClientAppend, once run
+        self.error: KafkaError | None = None  # why validation refused the batch
 
 
 async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
@@ -126,8 +142,11 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
             _fail(entry.response, Error.INVALID_REQUIRED_ACKS, None)
         return ProduceResponse(responses=topics)
 
-    if ctx.header.client_id != ADMIN_CLIENT_ID:  # internal topics fail at the append
+    internal_allowed = ctx.header.client_id == ADMIN_CLIENT_ID
+    if not internal_allowed:  # internal topics fail at the append
         transactional = [e for e in transactional if e.topic not in INTERNAL_TOPICS]
+    await _validate_all(ctx, [e for e in entries
+                              if internal_allowed or e.topic not in INTERNAL_TOPICS])
     if version >= IMPLICIT_ADD_VERSION and transactional:
         waits, append_failed = await _ordered_append(ctx, req, entries, transactional, version)
     else:
@@ -136,6 +155,7 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
             rejected = _verify_transaction(ctx, req.transactional_id, transactional, version)
         waits, append_failed = _append_all(ctx, req, entries, rejected)
     failed = failed or append_failed
+    ctx.release_connection()  # the connection's next request may start; answers stay in order
 
     if acks == 0:
         if failed:
@@ -188,16 +208,14 @@ def _append_all(ctx, req: ProduceRequest, entries: list[_Entry],
             failed = True
             continue
         plog = entry.plog
+        if entry.error is not None:
+            _refused(response, plog, entry.error)
+            failed = True
+            continue
         try:
-            if "compact" in plog.config.cleanup_policy:
-                _check_keys(entry)
-            result = plog.append(entry.records, origin="client")
+            result = plog.append(entry.records, origin="client", validated=entry.validated)
         except KafkaError as e:
-            _fail(response, e.code, e.message)
-            if e.code == Error.INVALID_TIMESTAMP:
-                _explain_timestamps(entry, ctx.broker.clock())
-            if e.code not in _NO_LOG_START:
-                response.log_start_offset = plog.log_start_offset
+            _refused(response, plog, e)
             failed = True
             continue
         response.base_offset = result.base_offset
@@ -206,6 +224,15 @@ def _append_all(ctx, req: ProduceRequest, entries: list[_Entry],
         if acks == -1 and plog.high_watermark < result.next_offset:
             waits.append((entry, result.next_offset))
     return waits, failed
+
+
+def _refused(response: PartitionProduceResponse, plog, e: KafkaError) -> None:
+    _fail(response, e.code, e.message)
+    if isinstance(e, RecordValidationError):
+        response.record_errors = [BatchIndexAndErrorMessage(i, message)
+                                  for i, message in e.record_errors]
+    if e.code not in _NO_LOG_START:
+        response.log_start_offset = plog.log_start_offset
 
 
 def _first_batch(records, version: int) -> tuple[BatchHeader | None, Error, str | None]:
@@ -230,46 +257,24 @@ def _first_batch(records, version: int) -> tuple[BatchHeader | None, Error, str 
     return header, Error.NONE, None
 
 
-def _check_keys(entry: _Entry) -> None:
-    """Kafka's LogValidator rule for compacted topics: every record needs a key. Refuses
-    the batch with INVALID_RECORD and the index of each keyless record (v8+)."""
-    try:
-        keyless = [i for i, r in enumerate(iter_records(entry.records, entry.header))
-                   if r.key is None]
-    except ProtocolError as e:
-        if _crc_ok(entry):
-            raise KafkaError(Error.INVALID_RECORD, f"malformed records: {e}") from None
-        return  # the append reports CORRUPT_MESSAGE
-    if keyless:
-        tp = f"{entry.topic}-{entry.response.index}"
-        message = f"Compacted topic cannot accept message without key in topic partition {tp}."
-        entry.response.record_errors = [BatchIndexAndErrorMessage(i, message) for i in keyless]
-        raise KafkaError(Error.INVALID_RECORD, (
-            f"One or more records have been rejected due to {len(keyless)} record errors in "
-            f"total: {message}"))
-
-
-def _explain_timestamps(entry: _Entry, now: int) -> None:
-    """After INVALID_TIMESTAMP, name the offending records in record_errors as Kafka does
-    (decoding only on this error path)."""
-    config = entry.plog.config
-    low = now - config.message_timestamp_before_max_ms
-    high = now + config.message_timestamp_after_max_ms
-    try:
-        records = list(iter_records(entry.records, entry.header))
-    except ProtocolError:
-        return
-    entry.response.error_message = "One or more records have been rejected due to invalid timestamp"
-    entry.response.record_errors = [
-        BatchIndexAndErrorMessage(i, (
-            f"Timestamp {r.timestamp} of message with offset {i} is out of range. The timestamp "
-            f"should be within [{low}, {high}]"))
-        for i, r in enumerate(records) if r.timestamp >= 0 and not low <= r.timestamp <= high]
-
-
-def _crc_ok(entry: _Entry) -> bool:
-    header, records = entry.header, entry.records
-    return crc32c(records[ATTRIBUTES_OFFSET:header.size]) == header.crc
+async def _validate_all(ctx, entries: list[_Entry]) -> None:
+    """Validate each batch before anything is appended (Kafka's LogValidator, run by the
+    log): on the loop up to _LOOP_BUDGET decompressed bytes, the rest of a large walk in a
+    worker thread (zlib, lz4, zstd and the C walker release the GIL). Sets entry.validated,
+    or entry.error for the append step to report."""
+    cap = ctx.config.message_max_uncompressed_bytes
+    for entry in entries:
+        try:
+            validated = entry.plog.validate_client_append(entry.records, max_uncompressed=cap)
+            if not validated.run(_LOOP_BUDGET):
+                await asyncio.get_running_loop().run_in_executor(None, validated.run)
+        except KafkaError as e:
+            # kept until the append step: without its traceback and context, which would
+            # tie the request's buffers to a reference cycle through this frame
+            entry.error = e.with_traceback(None)
+            entry.error.__context__ = entry.error.__cause__ = None
+        else:
+            entry.validated = validated
 
 
 def _unverified(entries: list[_Entry]) -> tuple[list[_Entry], list[TopicPartition]]:
@@ -340,6 +345,7 @@ async def _wait_durable(waits: list[tuple[_Entry, int]], timeout_ms: int) -> Non
     usually covers them all); failures and timeouts become the partition's error."""
     pending = asyncio.gather(*(e.plog.wait_durable(offset) for e, offset in waits),
                              return_exceptions=True)
+    pending.add_done_callback(_retrieve)  # cancelled with its request: nobody else reads it
     try:
         if timeout_ms > 0:
             results = await asyncio.wait_for(pending, timeout_ms / 1000)
@@ -355,6 +361,11 @@ async def _wait_durable(waits: list[tuple[_Entry, int]], timeout_ms: int) -> Non
             _fail(entry.response, result.code, result.message)
         else:
             _fail(entry.response, Error.KAFKA_STORAGE_ERROR, repr(result))
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _fail(response: PartitionProduceResponse, code: Error, message: str | None) -> None:

@@ -325,3 +325,28 @@ def test_bad_frames_are_counted_and_logged_without_tracebacks(tmp_path, caplog) 
     warnings = [r for r in records if r.levelno >= logging.WARNING
                 and "closing" in r.getMessage()]
     assert 1 <= len(warnings) <= 10
+
+
+# -- clients that leave while their acks=all produce waits for the disk -----------------------
+
+
+def test_client_leaving_during_an_acks_all_wait_logs_nothing(tmp_path, caplog) -> None:
+    """Found by the hostile soak: a produce cancelled while it waited for fsync left a gather
+    whose exception nobody read ("exception was never retrieved", an ERROR traceback)."""
+    import gc
+
+    caplog.set_level(logging.WARNING)
+    with BrokerThread(tmp_path / "d", {"log.flush.mode": "fsync"}) as b:
+        make_topic(b, "t")
+        for _ in range(40):
+            with KafkaWire.connect(b.bootstrap) as w:
+                w.send(PRODUCE, 9, produce_request("t", 0, records_batch([b"x" * 200_000]),
+                                                   acks=-1))
+        assert produce_confluent(b.bootstrap, "t", [b"after"])[0] >= 1
+        b.call(_collect(gc))
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
+
+
+async def _collect(gc) -> None:
+    gc.collect()

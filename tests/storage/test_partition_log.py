@@ -7,16 +7,21 @@ import dataclasses
 
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
-from log_helpers import FakeClock, headers, make_batch, offsets, open_log, values
+from log_helpers import FakeClock, headers, make_batch, offsets, open_log, read_all, values
 
+from protocol import validator
 from protocol.errors import Error, KafkaError
 from protocol.records import (
+    CREATE_TIME,
     LOG_APPEND_TIME,
     BatchHeader,
     build_control_batch,
+    set_max_timestamp_and_type,
     validate_batches,
 )
 from storage.config import LogConfig
+from storage.partition_log import RecordValidationError
+from tests.protocol.walk_fixtures import batch, records
 
 T0 = 1_700_000_000_000
 
@@ -359,7 +364,8 @@ def test_retention_by_size(tmp_path):
 
 
 def test_retention_respects_cleanup_policy(tmp_path):
-    plog = segmented_log(tmp_path, retention_bytes=0, cleanup_policy=["compact"])
+    plog = segmented_log(tmp_path, retention_bytes=0)
+    plog.update_config(dataclasses.replace(plog.config, cleanup_policy=["compact"]))
     count = len(plog.segments)
     assert plog.apply_retention(T0 * 2) == 0 and len(plog.segments) == count
 
@@ -384,3 +390,50 @@ def test_truncate_to(tmp_path):
     assert plog.append(make_batch(1)).base_offset == 12
     plog.truncate_to(0)
     assert plog.log_end_offset == 0 and len(plog.segments) == 1
+
+
+# -- the record walk on client appends (protocol/validator.py) -----------------------------------
+
+
+def _lying_batch() -> bytes:
+    """Five records under a header (and CRC) that says two."""
+    return batch(records(5), 2)
+
+
+def test_client_append_walks_the_records_and_writes_nothing_invalid(tmp_path):
+    plog = open_log(tmp_path)
+    plog.append(make_batch(2))
+    size = plog.size_in_bytes
+    with pytest.raises(KafkaError) as info:
+        plog.append(_lying_batch())
+    assert kafka_error(info) == Error.INVALID_RECORD
+    assert info.value.message == "bytes remain after the 2 records the batch declares"
+    assert (plog.log_end_offset, plog.size_in_bytes) == (2, size)
+    plog.append(_lying_batch(), origin="coordinator")  # only client appends are walked
+
+
+def test_compacted_topic_refuses_keyless_records_with_record_errors(tmp_path):
+    plog = open_log(tmp_path, LogConfig(cleanup_policy=["compact"]))
+    with pytest.raises(RecordValidationError) as info:
+        plog.append(make_batch(3))
+    assert [i for i, _ in info.value.record_errors] == [0, 1, 2]
+    assert plog.log_end_offset == 0
+
+
+def test_max_timestamp_becomes_the_largest_record_timestamp(tmp_path):
+    plog = open_log(tmp_path)
+    data = bytearray(make_batch(3, timestamps=[T0, T0 + 40, T0 + 7]))
+    set_max_timestamp_and_type(data, 0, T0, CREATE_TIME)  # the producer under-reports it
+    plog.append(data)
+    stored = headers(read_all(plog))[0]
+    assert stored.max_timestamp == T0 + 40
+    assert plog.max_timestamp_offset() == (1, T0 + 40)
+
+
+def test_validated_append_is_not_walked_again(tmp_path, monkeypatch):
+    plog = open_log(tmp_path)
+    data = make_batch(4)
+    validated = plog.validate_client_append(data, max_uncompressed=1 << 20)
+    assert validated.run() is True
+    monkeypatch.setattr(validator.RecordWalk, "run", lambda *a: pytest.fail("walked twice"))
+    assert plog.append(data, validated=validated).last_offset == 3
