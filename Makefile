@@ -10,10 +10,13 @@ PORT ?= 9092
 DATA_DIR ?= ./data
 PYTEST_ARGS ?= -q
 BENCH_ARGS ?=
+BENCH_BASELINE ?=
 CHAOS_DURATION ?= 1800
 CHAOS_ARGS ?=
+HOSTILE_DURATION ?= 1800
+HOSTILE_ARGS ?=
 
-.PHONY: run test test-deps jars bench protocol lint chaos
+.PHONY: run test test-deps jars bench protocol lint chaos hostile
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -22,12 +25,15 @@ $(VPY):
 # fast even where PYTHONDONTWRITEBYTECODE is set
 COMPILE := $(VPY) -m compileall -q broker protocol storage coordinator
 
-$(VENV)/.installed: pyproject.toml | $(VPY)
+# the optional C record walker is built by the install: a change to it reinstalls
+NATIVE := protocol/_recordwalk.c
+
+$(VENV)/.installed: pyproject.toml $(NATIVE) | $(VPY)
 	$(VPY) -m pip install -q -e .
 	$(COMPILE)
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(VPY)
+$(VENV)/.installed-test: pyproject.toml $(NATIVE) | $(VPY)
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
 
@@ -55,16 +61,24 @@ chaos: test-deps
 	@$(COMPILE)
 	$(VPY) -m tests.chaos.runner --profile long --duration $(CHAOS_DURATION) $(CHAOS_ARGS)
 
-$(VENV)/.installed-bench: pyproject.toml | $(VPY)
+# long hostile-client soak (tests/hostile/README.md): HOSTILE_DURATION seconds of hostile
+# clients against the broker while real clients copy exactly once; results in tests/hostile/out/
+hostile: test-deps
+	@$(COMPILE)
+	$(VPY) -m tests.hostile.soak --profile long --duration $(HOSTILE_DURATION) $(HOSTILE_ARGS)
+
+$(VENV)/.installed-bench: pyproject.toml $(NATIVE) | $(VPY)
 	$(VPY) -m pip install -q -e '.[bench]'
 	touch $@
 
 # semel side by side with the peer broker (Tansu, fetched into .cache/peer/ on first use);
 # writes docs/BENCHMARKS.md and docs/benchmarks.png, raw results under bench/results/.
 # BENCH_ARGS=--quick for a run of a few minutes, BENCH_ARGS=--smoke for a few seconds.
+# BENCH_BASELINE=<git ref>: instead, what this working tree costs against that ref, in paired
+# runs of the produce rows (bench/bench_ab.py; table in bench/results/<time>-ab/AB.md).
 bench: $(VENV)/.installed-bench
 	@$(COMPILE)
-	$(VPY) bench/run.py $(BENCH_ARGS)
+	$(VPY) bench/run.py $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)) $(BENCH_ARGS)
 
 protocol: $(VENV)/.installed-specs jars
 	$(VPY) -m protocol.codegen
