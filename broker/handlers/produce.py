@@ -392,7 +392,7 @@ def _close_connection(reason: str) -> None:
     """acks=0 and something failed: Kafka closes the connection instead of answering."""
     from broker.dispatch import CloseConnection  # here: broker.dispatch imports the handlers
 
-    raise CloseConnection(f"produce with acks=0 failed: {reason}")
+    raise CloseConnection(f"produce with acks=0 failed: {reason}", "acks0_produce_failed")
 
 
 def error_response(req: ProduceRequest, code: Error) -> ProduceResponse:

@@ -350,3 +350,42 @@ def test_client_leaving_during_an_acks_all_wait_logs_nothing(tmp_path, caplog) -
 
 async def _collect(gc) -> None:
     gc.collect()
+
+
+# -- item 5: decompressing and walking a large batch does not stall the event loop ----------
+
+
+def test_large_compressed_batch_is_walked_while_the_loop_serves_others(tmp_path, monkeypatch):
+    """A 4 MiB zstd batch: past the first MiB its walk moves to a worker thread. The walk is
+    held there until another client has been answered by the loop, which shows the loop was
+    free meanwhile (before, decompression ran on the loop: one bomb stalled every client)."""
+    import os
+    import threading
+
+    from protocol import validator
+    from protocol.records import build_batch
+
+    off_loop = threading.Event()
+    proceed = threading.Event()
+    run = validator.RecordWalk.run
+
+    def held_run(self, budget=None):
+        if budget is None and not off_loop.is_set():  # the executor's call: the rest of it
+            off_loop.set()
+            proceed.wait(30)
+        return run(self, budget)
+
+    monkeypatch.setattr(validator.RecordWalk, "run", held_run)
+    with BrokerThread(tmp_path / "d") as b:
+        make_topic(b, "t")
+        now = int(time.time() * 1000)
+        rows = [(b"k%d" % i, os.urandom(64) * 16, [], now) for i in range(4000)]
+        batch = build_batch(rows, compression=4)
+        with KafkaWire.connect(b.bootstrap) as producer, KafkaWire.connect(b.bootstrap) as other:
+            producer.send(PRODUCE, 9, produce_request("t", 0, batch))
+            assert off_loop.wait(30), "the large walk never left the event loop"
+            assert other.request(METADATA, 12, metadata_request()).brokers
+            proceed.set()
+            response = producer.receive()
+        part = response.responses[0].partition_responses[0]
+        assert (part.error_code, part.base_offset) == (Error.NONE, 0)
