@@ -170,15 +170,14 @@ def _xerial_compress(data) -> bytes:
     return b"".join(parts)
 
 
-def _xerial_decompress(data, max_output: int) -> bytes:
-    view = memoryview(data).cast("B")
+def _xerial_blocks(view: memoryview, max_output: int) -> Iterator[tuple[memoryview, int]]:
+    """(raw snappy block, its declared output size) of a xerial stream, headers skipped
+    (also where two streams were concatenated); the running total is held to max_output."""
     end = len(view)
-    blocks = []
     total = 0
     pos = 0
     while pos < end:
         if bytes(view[pos : pos + 8]) == XERIAL_MAGIC:
-            # a header, at the start or where two xerial streams were concatenated
             if end - pos < _XERIAL_HEADER.size:
                 raise ProtocolError("snappy: truncated xerial header")
             pos += _XERIAL_HEADER.size
@@ -197,19 +196,27 @@ def _xerial_decompress(data, max_output: int) -> bytes:
             raise ProtocolError(f"snappy: {e}") from None
         total += size
         if total > max_output:
-            raise ProtocolError(f"snappy: output exceeds {max_output} bytes")
-        blocks.append((block, size))
-    out = bytearray(total)
+            raise _too_large("snappy", max_output)
+        yield block, size
+
+
+def _snappy_block_into(block: memoryview, target) -> None:
+    try:
+        n = cramjam.snappy.decompress_raw_into(block, target)
+    except cramjam.DecompressionError as e:
+        raise ProtocolError(f"snappy: {e}") from None
+    if n != len(target):
+        raise ProtocolError(f"snappy: block produced {n} bytes, declared {len(target)}")
+
+
+def _xerial_decompress(data, max_output: int) -> bytes:
+    blocks = list(_xerial_blocks(memoryview(data).cast("B"), max_output))
+    out = bytearray(sum(size for _, size in blocks))
     target = memoryview(out)
     offset = 0
     for block, size in blocks:
-        try:
-            n = cramjam.snappy.decompress_raw_into(block, target[offset : offset + size])
-        except cramjam.DecompressionError as e:
-            raise ProtocolError(f"snappy: {e}") from None
-        if n != size:
-            raise ProtocolError(f"snappy: block produced {n} bytes, declared {size}")
-        offset += n
+        _snappy_block_into(block, target[offset : offset + size])
+        offset += size
     target.release()
     return bytes(out)
 
@@ -434,37 +441,9 @@ def _snappy_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterat
         for start in range(0, len(out), chunk_size):
             yield out[start : start + chunk_size]
         return
-    end = len(view)
-    total = 0
-    pos = 0
-    while pos < end:
-        if bytes(view[pos : pos + 8]) == XERIAL_MAGIC:
-            if end - pos < _XERIAL_HEADER.size:
-                raise ProtocolError("snappy: truncated xerial header")
-            pos += _XERIAL_HEADER.size
-            continue
-        if end - pos < 4:
-            raise ProtocolError(f"snappy: truncated xerial block length at {pos}")
-        length = _INT32_BE.unpack_from(view, pos)[0]
-        pos += 4
-        if length < 0 or length > end - pos:
-            raise ProtocolError(f"snappy: xerial block length {length} at {pos - 4} out of range")
-        block = view[pos : pos + length]
-        pos += length
-        try:
-            size = cramjam.snappy.decompress_raw_len(block)
-        except cramjam.DecompressionError as e:
-            raise ProtocolError(f"snappy: {e}") from None
-        total += size
-        if total > max_output:
-            raise _too_large("snappy", max_output)
+    for block, size in _xerial_blocks(view, max_output):
         out = bytearray(size)
-        try:
-            n = cramjam.snappy.decompress_raw_into(block, out)
-        except cramjam.DecompressionError as e:
-            raise ProtocolError(f"snappy: {e}") from None
-        if n != size:
-            raise ProtocolError(f"snappy: block produced {n} bytes, declared {size}")
+        _snappy_block_into(block, memoryview(out))
         result = memoryview(out)
         for start in range(0, size, chunk_size):
             yield result[start : start + chunk_size]
