@@ -155,7 +155,8 @@ def test_a_busy_caller_reads_on_until_a_frame_is_ready(sizes, chunks, busy) -> N
     out: list[bytes] = []
     pos = i = 0
     while len(out) < len(frames):
-        if not busy[i % len(busy)]:
+        stuck = reader.frame_ready or pos == len(data)  # nothing to read: the request ends
+        if stuck or not busy[i % len(busy)]:
             while (frame := reader.next_frame()) is not None:
                 out.append(bytes(frame))
         if pos < len(data) and not reader.frame_ready:
