@@ -14,7 +14,8 @@ starts while the earlier one waits; at most ``connection.max.inflight.requests``
 a connection are started and unanswered. Responses leave strictly in request order (Kafka
 requires it): every request takes a slot in a FIFO and the head is written once filled.
 
-Back-pressure: reading stops while a whole frame is waiting for its turn, while the bytes of
+Back-pressure: reading stops while the frames waiting for their turn fill the connection's
+64 KiB read buffer (or a whole large frame waits), while the bytes of
 requests in flight plus responses not yet flushed exceed ``connection.max.pending.bytes``,
 while the transport's write buffer is full, or while the broker's request memory
 (``queued.max.request.bytes``, broker/request_memory.py) is full - for a connection in the
@@ -208,7 +209,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed or self.transport is None:
             return
         memory = self.memory
-        should_pause = (self.reader.frame_ready or self.writing_paused
+        should_pause = (self.reader.full or self.writing_paused
                         or self.pending_bytes > self.max_pending
                         or (memory.large_full and (memory.full or self.reader.receiving_large)))
         if should_pause and not self.reading_paused:

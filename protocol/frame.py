@@ -192,6 +192,16 @@ class BufferedFrameReader:
         return self._have if self._frame is not None else 0
 
     @property
+    def full(self) -> bool:
+        """No more bytes can be taken until a frame is: a whole large frame waits, a size
+        prefix would be refused, or the scratch buffer holds nothing but unparsed frames."""
+        if self._frame is not None or self._end - self._start < 4:
+            return self.frame_ready
+        size = _SIZE.unpack_from(self._scratch, self._start)[0]
+        return (not 0 <= size <= self.max_frame_size
+                or self._end - self._start == len(self._scratch))
+
+    @property
     def receiving_large(self) -> bool:
         """An unfinished frame is being read into its own map."""
         return self._frame is not None and self._have < len(self._frame)

@@ -147,19 +147,20 @@ def test_drained_scratch_buffers_are_shared() -> None:
        busy=st.lists(st.booleans(), min_size=1, max_size=8))
 def test_a_busy_caller_reads_on_until_a_frame_is_ready(sizes, chunks, busy) -> None:
     """As a connection uses it: bytes keep arriving while the caller is busy with a request
-    (it takes no frame), and stop only while a whole frame waits (``frame_ready``). The
-    buffer handed out is never empty, and the frames come out whole and in order."""
+    (it takes no frame), and stop only while the reader is ``full`` (frames waiting fill the
+    read buffer, or a whole large frame waits). The buffer handed out is never empty, and the
+    frames come out whole and in order."""
     frames = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
     data = stream_of(frames)
     reader = BufferedFrameReader(scratch_size=65536)
     out: list[bytes] = []
     pos = i = 0
     while len(out) < len(frames):
-        stuck = reader.frame_ready or pos == len(data)  # nothing to read: the request ends
+        stuck = reader.full or pos == len(data)  # nothing to read: the request ends
         if stuck or not busy[i % len(busy)]:
             while (frame := reader.next_frame()) is not None:
                 out.append(bytes(frame))
-        if pos < len(data) and not reader.frame_ready:
+        if pos < len(data) and not reader.full:
             buf = reader.get_buffer(-1)
             assert len(buf) > 0
             n = min(len(buf), chunks[i % len(chunks)], len(data) - pos)
