@@ -192,6 +192,20 @@ class FlushJob:
     snapshots: list[str]  # producer snapshot files to fsync
 
 
+def _batch_headers(records, *, from_client: bool) -> list[BatchHeader]:
+    """validate_batches as a KafkaError; v0/v1 message sets are refused before looking further,
+    as Kafka 4 does."""
+    if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] in (0, 1):
+        raise KafkaError(
+            Error.INVALID_RECORD,
+            f"magic {records[MAGIC_OFFSET]} not supported, only magic {MAGIC} record batches",
+        )
+    try:
+        return validate_batches(records, from_client=from_client)
+    except InvalidRecordError as exc:
+        raise KafkaError(exc.error_code, exc.reason) from None
+
+
 class PartitionLog:
     # message.max.uncompressed.bytes for appends that are not given one (the produce
     # handler passes the broker's)
@@ -299,16 +313,7 @@ class PartitionLog:
         CRCs, sizes (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE), and the record walks, ready
         to ``run``. Raises KafkaError; ``records`` must be what is then appended."""
         config = self.config
-        if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] in (0, 1):
-            # Kafka 4 refuses v0/v1 message sets from producers before looking further
-            raise KafkaError(
-                Error.INVALID_RECORD,
-                f"magic {records[MAGIC_OFFSET]} not supported, only magic {MAGIC} record batches",
-            )
-        try:
-            headers = validate_batches(records, from_client=True)
-        except InvalidRecordError as exc:
-            raise KafkaError(exc.error_code, exc.reason) from None
+        headers = _batch_headers(records, from_client=True)
         self._check_sizes(headers)
         if now is None:
             now = self._clock()
@@ -401,15 +406,7 @@ class PartitionLog:
             summaries = validated.summaries
             total = sum(header.size for header in headers)
         else:
-            if len(buf) > MAGIC_OFFSET and buf[MAGIC_OFFSET] in (0, 1):
-                raise KafkaError(
-                    Error.INVALID_RECORD,
-                    f"magic {buf[MAGIC_OFFSET]} not supported, only magic {MAGIC} record batches",
-                )
-            try:
-                headers = validate_batches(buf, from_client=False)
-            except InvalidRecordError as exc:
-                raise KafkaError(exc.error_code, exc.reason) from None
+            headers = _batch_headers(buf, from_client=False)
             if not headers:
                 return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
             total = self._check_sizes(headers)
