@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.security import ANONYMOUS, AclOperation, Principal, ResourceType
 from protocol.frame import RequestHeader
 
 if TYPE_CHECKING:
@@ -19,6 +20,27 @@ class RequestContext:
     client_host: str
     # set by the connection: lets its next request start before this one is answered
     release: Callable[[], None] | None = None
+    # who sent it: the connection's authenticated principal (ANONYMOUS on PLAINTEXT)
+    principal: Principal = ANONYMOUS
+    listener: str = ""
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """Whether this request's principal may do ``operation`` on the resource; always
+        True while the authorizer is off (``authorizer.class.name`` empty)."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return True
+        return authorizer.authorize(self.principal, self.client_host, operation,
+                                    resource_type, name)
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether some resource of this type allows ``operation`` to this principal, as
+        Kafka's ``authorizeByResourceType`` (IdempotentWrite via Write on any topic)."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return True
+        return authorizer.authorize_by_resource_type(self.principal, self.client_host,
+                                                     operation, resource_type)
 
     def release_connection(self) -> None:
         """The rest of this request need not hold up the connection's next request (its

@@ -58,6 +58,8 @@ class Broker:
         self.monotonic_ms = monotonic
         self.metrics = BrokerMetrics()
         self.metrics_port: int | None = None
+        # broker.security.authorizer.Authorizer when authorizer.class.name is set, else None
+        self.authorizer = None
         self.connections: set[Connection] = set()
         self.connections_per_ip: dict[str, int] = {}
         queued = config.queued_max_request_bytes
