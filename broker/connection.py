@@ -77,6 +77,8 @@ class Connection(asyncio.BufferedProtocol):
         self.pending_bytes = 0
         self.tasks: set[asyncio.Task] = set()
         self.running = False  # a request of this connection holds its turn
+        self.pumping = False  # _pump is starting a request (re-entered from it)
+        self.pump_scheduled = False
         self.reading_paused = False
         self.writing_paused = False
         self.closed = False
@@ -129,19 +131,14 @@ class Connection(asyncio.BufferedProtocol):
 
     def _pump(self) -> None:
         """Start the next request if the connection's turn is free; track partial frames."""
-        if self.closed:
-            return
+        if self.closed or self.pumping:
+            return  # called from a request run eagerly by the loop below: it goes on
+        self.pumping = True
+        try:
+            self._start_ready()
+        finally:
+            self.pumping = False
         reader = self.reader
-        while not self.running and len(self.slots) < self.max_inflight:
-            try:
-                frame = reader.next_frame()
-            except ProtocolError as e:
-                self.bad_input("framing", f"closing {self.peer}: {e}")
-                self.close()
-                return
-            if frame is None:
-                break
-            self._start(frame)
         if reader.buffered and not reader.frame_ready:
             if self.partial_since is None:
                 self.partial_since = self.broker.monotonic_ms()
@@ -149,15 +146,48 @@ class Connection(asyncio.BufferedProtocol):
             self.partial_since = None
         self._update_reading()
 
+    def _start_ready(self) -> None:
+        """Start one request if one is ready and the connection may; if another is ready
+        behind it, the next one starts in the loop's next round, as every connection's
+        does: one request per connection per round, however many a client pipelines."""
+        if self.running or self.closed or len(self.slots) >= self.max_inflight:
+            return
+        try:
+            frame = self.reader.next_frame()
+        except ProtocolError as e:
+            self.bad_input("framing", f"closing {self.peer}: {e}")
+            self.close()
+            return
+        if frame is None:
+            return
+        self._start(frame)
+        if (not self.pump_scheduled and not self.running and not self.closed
+                and len(self.slots) < self.max_inflight and self.reader.frame_ready):
+            self.pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_pump)
+
+    def _scheduled_pump(self) -> None:
+        self.pump_scheduled = False
+        self._pump()
+
     def _start(self, frame: memoryview) -> None:
+        """Run the request eagerly: up to its first suspension inside this call (most
+        requests never suspend, and then need no task and no extra loop iteration); a
+        request that suspends goes on in a task."""
         slot = _Slot(len(frame))
         self.slots.append(slot)
         self.pending_bytes += slot.size
         self.running = True
         self.last_active = self.broker.monotonic_ms()
-        task = asyncio.get_running_loop().create_task(self._run(frame, slot))
+        coro = self._run(frame, slot)
+        try:
+            yielded = coro.send(None)
+        except StopIteration:
+            self._finished(slot)
+            return
+        task = asyncio.get_running_loop().create_task(_resumed(coro, yielded))
         self.tasks.add(task)
-        task.add_done_callback(lambda t: self._finished(t, slot))
+        task.add_done_callback(lambda t: self._task_finished(t, slot))
 
     async def _run(self, frame: memoryview, slot: _Slot) -> None:
         try:
@@ -178,10 +208,13 @@ class Connection(asyncio.BufferedProtocol):
         self._release_turn(slot)
         self._flush()
 
-    def _finished(self, task: asyncio.Task, slot: _Slot) -> None:
+    def _task_finished(self, task: asyncio.Task, slot: _Slot) -> None:
+        self.tasks.discard(task)
+        self._finished(slot)
+
+    def _finished(self, slot: _Slot) -> None:
         """Every request ends here, also when cancelled before it ran: its frame's memory is
         given back and the turn passes on."""
-        self.tasks.discard(task)
         self.memory.release(slot.size)
         self._release_turn(slot)
 
@@ -241,6 +274,37 @@ class Connection(asyncio.BufferedProtocol):
             self.closed = True
             if self.transport is not None:
                 self.transport.close()
+
+
+async def _resumed(coro, yielded):
+    """A coroutine started eagerly (``Connection._start``), driven on from its first
+    suspension by the task awaiting this."""
+    return await _Resume(coro, yielded)
+
+
+class _Resume:
+    __slots__ = ("coro", "yielded")
+
+    def __init__(self, coro, yielded) -> None:
+        self.coro = coro
+        self.yielded = yielded
+
+    def __await__(self):
+        coro, value = self.coro, self.yielded
+        self.coro = self.yielded = None
+        while True:
+            try:
+                sent = yield value
+            except BaseException as exc:  # noqa: BLE001 - cancellation etc., passed on
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
 
 
 class RateLimitedLog:

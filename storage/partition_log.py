@@ -79,7 +79,12 @@ from protocol.records import (
     set_partition_leader_epoch,
     validate_batches,
 )
-from protocol.validator import DEFAULT_MAX_UNCOMPRESSED, RecordsSummary, RecordWalk
+from protocol.validator import (
+    DEFAULT_MAX_UNCOMPRESSED,
+    RecordsSummary,
+    RecordWalk,
+    quick_summary,
+)
 from storage.config import LOG_APPEND_TIME as LOG_APPEND_TIME_CONFIG
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
@@ -132,10 +137,11 @@ class ClientAppend:
 
     __slots__ = ("_walks", "headers", "summaries")
 
-    def __init__(self, headers: list[BatchHeader], walks: list[RecordWalk]) -> None:
+    def __init__(self, headers: list[BatchHeader], walks: list[RecordWalk],
+                 summaries: list[RecordsSummary] | None = None) -> None:
         self.headers = headers
         self._walks = walks
-        self.summaries: list[RecordsSummary] | None = None
+        self.summaries = summaries  # set when walked (already, by the quick walk)
 
     def run(self, budget: int | None = None) -> bool:
         if self.summaries is not None:
@@ -327,6 +333,15 @@ class PartitionLog:
             )
         )
         require_keys = "compact" in config.cleanup_policy
+        summaries = []
+        for header in headers:
+            summary = quick_summary(records, header, require_keys=require_keys,
+                                    timestamp_bounds=bounds, log_append_time=log_append_time)
+            if summary is None:
+                break
+            summaries.append(summary)
+        else:
+            return ClientAppend(headers, [], summaries)
         cap = self.max_uncompressed_bytes if max_uncompressed is None else max_uncompressed
         walks = [
             RecordWalk(

@@ -121,3 +121,32 @@ def test_walkers_agree_on_raw_windows(data, count, index, pos, require_keys, mod
     py = validator._walk_py(*args, py_errors, room)
     assert c == py
     assert c_errors == py_errors
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=batches(), walker=st.sampled_from(["C", "python"]), require_keys=st.booleans(),
+       bounds=st.sampled_from([None, (T0 - 3, T0 + 3), (-(2**41), 2**41)]),
+       lead=st.binary(max_size=9))  # fmt: skip
+def test_quick_walk_agrees_or_defers(case, walker, require_keys, bounds, lead):
+    """The produce path's one-call walk either gives the full walk's summary or defers (None)
+    to it; it never accepts what the full walk refuses. The batch sits after other bytes, as
+    the second batch of a request does."""
+    data, count, codec = case
+    buf = lead + batch(data, count, compression=codec)
+    header = BatchHeader(buf, len(lead))
+    kw = {"require_keys": require_keys, "timestamp_bounds": bounds}
+    saved = validator._walk
+    validator._walk = WALKERS[walker]()
+    try:
+        quick = validator.quick_summary(buf, header, **kw)
+        try:
+            full = ("ok", validate_records(buf, header, **kw))
+        except InvalidRecordError as e:
+            full = ("refused", str(e))
+    finally:
+        validator._walk = saved
+    event("quick" if quick is not None else f"deferred ({full[0]})")
+    if quick is not None:
+        assert full == ("ok", quick)
+    if codec == 0 and full[0] == "ok":  # a valid uncompressed batch always takes the quick walk
+        assert quick is not None
