@@ -361,11 +361,19 @@ def _lz4_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator[
         )
 
 
+# Decompression contexts between streams: making one costs as much as decompressing 16 KiB
+# (a Java producer's batch). Each stream holds its own until it ends.
+_zstd_contexts: list[zstandard.ZstdDecompressor] = []
+_ZSTD_CONTEXTS_KEPT = 8
+
+
 def _zstd_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator[bytes]:
     _check_zstd_frames(view)
-    reader = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).stream_reader(
-        view, read_across_frames=True
-    )
+    try:
+        dctx = _zstd_contexts.pop()  # atomic: a stream may be driven from any thread
+    except IndexError:
+        dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    reader = dctx.stream_reader(view, read_across_frames=True)  # resets the context
     total = 0
     try:
         while True:
@@ -380,6 +388,8 @@ def _zstd_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator
         raise ProtocolError(f"zstd: corrupt data ({e})") from None
     finally:
         reader.close()
+        if len(_zstd_contexts) < _ZSTD_CONTEXTS_KEPT:
+            _zstd_contexts.append(dctx)
 
 
 def _check_zstd_frames(view: memoryview) -> None:

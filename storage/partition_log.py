@@ -333,16 +333,17 @@ class PartitionLog:
             )
         )
         require_keys = "compact" in config.cleanup_policy
+        cap = self.max_uncompressed_bytes if max_uncompressed is None else max_uncompressed
         summaries = []
         for header in headers:
             summary = quick_summary(records, header, require_keys=require_keys,
-                                    timestamp_bounds=bounds, log_append_time=log_append_time)
+                                    timestamp_bounds=bounds, log_append_time=log_append_time,
+                                    max_uncompressed=cap)
             if summary is None:
                 break
             summaries.append(summary)
         else:
             return ClientAppend(headers, [], summaries)
-        cap = self.max_uncompressed_bytes if max_uncompressed is None else max_uncompressed
         walks = [
             RecordWalk(
                 records,
