@@ -1,9 +1,14 @@
-"""The command line: ``semel serve`` (also ``python -m broker serve``).
+"""The command line: ``semel serve`` (also ``python -m broker serve``) and ``semel scram``.
 
 Prints exactly one line containing ``ready`` and the bound ``host:port`` once the broker
 accepts connections; exits non-zero with a one-line reason when the configuration is bad
 (unknown key, wrong type, unwritable data directory, port in use). SIGTERM and SIGINT stop
 the broker gracefully.
+
+``semel scram --data-dir DIR --add 'SCRAM-SHA-256=[name=alice,password=alice-secret]'`` stores
+SCRAM credentials in a data directory before the broker starts (Kafka's ``kafka-storage format
+--add-scram``; same argument syntax, ``iterations=`` optional); it refuses a directory a running
+broker holds. Errors are one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -33,7 +38,45 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="listener host")
     serve.add_argument("--data-dir", metavar="DIR", help="data directory (log.dirs)")
     serve.add_argument("--log-level", default=os.environ.get("SEMEL_LOG_LEVEL", "INFO"))
+    scram = sub.add_parser("scram", help="add or update SCRAM credentials in a data directory "
+                                         "while no broker runs on it")
+    scram.add_argument("--data-dir", metavar="DIR", required=True, help="data directory")
+    scram.add_argument("--add", metavar="'MECHANISM=[name=N,password=P]'", action="append",
+                       required=True, help="credential to add or update (repeatable)")
     return parser
+
+
+def _scram(data_dir: str, additions: list[str]) -> int:
+    import fcntl
+
+    from broker.security.credentials import ScramCredentialStore, parse_scram_argument
+    from storage.log_manager import LOCK_FILE
+
+    try:
+        parsed = [parse_scram_argument(a) for a in additions]
+        _check_data_dir(data_dir)
+    except (ValueError, ConfigError) as e:
+        print(f"semel scram: {e}", file=sys.stderr)
+        return 2
+    fd = os.open(Path(data_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print(f"semel scram: {data_dir} is in use by a running broker (stop it, or use "
+                  "AlterUserScramCredentials)", file=sys.stderr)
+            return 2
+        store = ScramCredentialStore.open(data_dir)
+        store.alter(upsertions=parsed)
+    except (MetadataFileError, OSError) as e:
+        print(f"semel scram: {e}", file=sys.stderr)
+        return 2
+    finally:
+        os.close(fd)  # releases the lock
+    for user, mechanism, credential in parsed:
+        print(f"semel scram: stored {mechanism} credential for {user!r} "
+              f"({credential.iterations} iterations) in {data_dir}")
+    return 0
 
 
 def _check_data_dir(path: str) -> None:
@@ -62,9 +105,11 @@ async def _serve(config: BrokerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    others = "".join(f", {e.name} {e.protocol} on {e.host}:{e.port}"
+                     for e in broker.endpoints[1:])
     print(f"semel ready on {broker.address} (advertised {broker.advertised_host}:"
-          f"{broker.advertised_port}, data {config.log_dirs}, flush {config.log_flush_mode})",
-          flush=True)
+          f"{broker.advertised_port}, data {config.log_dirs}, flush {config.log_flush_mode}"
+          f"{others})", flush=True)
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
@@ -74,6 +119,8 @@ async def _serve(config: BrokerConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "scram":
+        return _scram(args.data_dir, args.add)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -7,13 +7,24 @@ Sources, lowest precedence first:
      e.g. `SEMEL_LOG_DIRS=/var/lib/semel` sets `log.dirs` (names in RESERVED_ENV are for
      tooling and ignored; any other unknown SEMEL_ variable is an error);
   4. `--set key=value` overrides, in order;
-  5. the CLI shortcuts `--host`, `--port` (rewrite the listener) and `--data-dir` (log.dirs).
+  5. the CLI shortcuts `--host`, `--port` (rewrite the first listener) and `--data-dir`
+     (log.dirs).
 
 Some settings have several keys (`log.dirs`/`log.dir`, `log.roll.ms`/`log.roll.hours`,
 `log.retention.ms`/`.minutes`/`.hours`). Within one source Kafka's precedence applies (ms over
 minutes over hours, log.dirs over log.dir); a later source that sets any key of the group
 replaces what earlier sources said about it. Every problem is a one-line ConfigError naming
 the key, the bad value and where it came from.
+
+Security settings (see broker.security.listeners): TLS and SASL keys may be overridden for one
+listener with Kafka's prefix, `listener.name.<listener lower-cased>.ssl.keystore.location`, and
+SASL login modules are set per listener and mechanism,
+`listener.name.<listener>.<mechanism lower-cased>.sasl.jaas.config`; these keys are checked
+against the final `listeners` (from the environment: SEMEL_LISTENER_NAME_<LISTENER>_<KEY>, e.g.
+SEMEL_LISTENER_NAME_SASL_SSL_SCRAM_SHA_256_SASL_JAAS_CONFIG). Secrets (passwords, JAAS
+configs, inline keys and certificates) never appear in a message, a repr or as_properties().
+TLS material is loaded once at start so that a wrong password, a missing file or a key that
+does not match its certificate stops the broker with a one-line ConfigError.
 """
 
 from __future__ import annotations
@@ -28,6 +39,44 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from broker.properties import PropertiesSyntaxError, parse_properties
+from broker.security import Principal
+from broker.security.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    JAAS_SUFFIX,
+    LISTENER_PREFIX,
+    SASL_MECHANISMS,
+    STANDARD_AUTHORIZER,
+    WILDCARD_HOSTS,
+    Listener,
+    ListenerSecurity,
+    Password,
+    UnknownListenerKey,
+    check_listener,
+    check_ports,
+    format_list,
+    format_listeners,
+    format_password,
+    format_protocol_map,
+    format_super_users,
+    jaas_key,
+    listener_prefix,
+    parse_authorizer,
+    parse_client_auth,
+    parse_list,
+    parse_listeners,
+    parse_mapping_rules,
+    parse_password,
+    parse_path,
+    parse_port,
+    parse_protocol_map,
+    parse_sasl_mechanisms,
+    parse_store_type,
+    parse_super_users,
+    parse_tls_protocols,
+    resolve_listener_key,
+    resolve_listener_security,
+)
+from broker.security.listeners import InvalidValue as _Invalid
 
 __all__ = [
     "ALIASES",
@@ -38,6 +87,8 @@ __all__ = [
     "ConfigError",
     "Endpoint",
     "Listener",
+    "ListenerSecurity",
+    "Password",
     "PropertySpec",
     "apply_cli_options",
     "env_var_name",
@@ -52,16 +103,11 @@ RESERVED_ENV = frozenset({"SEMEL_LOG_LEVEL", "SEMEL_REQUIRE_JAVA"})
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 _INT_RE = re.compile(r"[+-]?[0-9]+")
-_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
-SECURITY_PROTOCOLS = ("PLAINTEXT",)
+_WILDCARD_HOSTS = WILDCARD_HOSTS
 
 
 class ConfigError(ValueError):
     """An invalid configuration; the message is one line, ready to print."""
-
-
-class _Invalid(ValueError):
-    """A value problem without the key or origin; the loader adds those."""
 
 
 class Endpoint(NamedTuple):
@@ -70,17 +116,6 @@ class Endpoint(NamedTuple):
 
     def __str__(self) -> str:
         return f"{_bracket(self.host)}:{self.port}"
-
-
-class Listener(NamedTuple):
-    """One entry of `listeners`: NAME://host:port (host "" = every interface, port 0 = any)."""
-
-    name: str
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.name}://{_bracket(self.host)}:{self.port}"
 
 
 def _bracket(host: str) -> str:
@@ -96,6 +131,7 @@ class PropertySpec:
     parse: Callable[[str], Any]  # text -> value; raises _Invalid
     format: Callable[[Any], str]  # value -> text that parses back to it
     semel: str = ""
+    sensitive: bool = False  # a secret: as_properties() shows "[hidden]", messages never show it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,36 +171,7 @@ def _parse_choice(text: str, choices: tuple[str, ...]) -> str:
     raise _Invalid(f"expected one of {', '.join(choices)}, got {text!r}")
 
 
-_LISTENER_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*)://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]*):([0-9]+)")
 _ENDPOINT_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]*):([0-9]+)")
-
-
-def _parse_port(text: str) -> int:
-    port = int(text)
-    if port > 65535:
-        raise _Invalid(f"port {port} is out of range (expected 0..65535)")
-    return port
-
-
-def parse_listeners(text: str) -> tuple[Listener, ...]:
-    """`PLAINTEXT://host:port[,...]` -> listeners; "" -> (). Raises ValueError with the reason."""
-    result = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        m = _LISTENER_RE.fullmatch(item)
-        if m is None:
-            raise _Invalid(f"cannot parse {item!r} (expected PLAINTEXT://host:port)")
-        name, host, port = m.group(1).upper(), m.group(2).strip("[]"), _parse_port(m.group(3))
-        if name not in SECURITY_PROTOCOLS:
-            raise _Invalid(
-                f"unsupported listener {name!r} in {item!r} "
-                f"(supported: {', '.join(SECURITY_PROTOCOLS)})"
-            )
-        result.append(Listener(name, host, port))
-    if len(result) > 1:
-        raise _Invalid(f"only one listener is supported, got {len(result)} in {text!r}")
-    return tuple(result)
 
 
 def _parse_bind_listeners(text: str) -> tuple[Listener, ...]:
@@ -184,10 +191,6 @@ def _parse_advertised(text: str) -> tuple[Listener, ...]:
     return listeners
 
 
-def _format_listeners(listeners: tuple[Listener, ...]) -> str:
-    return ",".join(str(listener) for listener in listeners)
-
-
 def _parse_endpoint(text: str) -> Endpoint | None:
     s = text.strip()
     if not s:
@@ -195,7 +198,7 @@ def _parse_endpoint(text: str) -> Endpoint | None:
     m = _ENDPOINT_RE.fullmatch(s)
     if m is None:
         raise _Invalid(f"cannot parse {text!r} (expected host:port, or empty for off)")
-    return Endpoint(m.group(1).strip("[]"), _parse_port(m.group(2)))
+    return Endpoint(m.group(1).strip("[]"), parse_port(m.group(2)))
 
 
 def _format_endpoint(value: Endpoint | None) -> str:
@@ -247,6 +250,19 @@ def _custom(
     return field(default=default, metadata={"spec": (doc, parse, fmt, semel)})
 
 
+def _text(default: str, doc: str, parse: Callable[[str], str] = parse_path, semel: str = "") -> Any:
+    return field(default=default, metadata={"spec": (doc, parse, str, semel)})
+
+
+def _list(default: tuple[str, ...], doc: str, parse: Callable[[str], Any], semel: str = "") -> Any:
+    return field(default=default, metadata={"spec": (doc, parse, format_list, semel)})
+
+
+def _secret(doc: str) -> Any:
+    """A secret (Kafka's PASSWORD type): held as Password, never shown."""
+    return field(default=None, metadata={"spec": (doc, parse_password, format_password, "", True)})
+
+
 _WEEK_MS = 7 * 24 * 3600 * 1000
 
 
@@ -257,17 +273,26 @@ class BrokerConfig:
     # --- listeners and identity
     listeners: tuple[Listener, ...] = _custom(
         (Listener("PLAINTEXT", "127.0.0.1", 9092),),
-        "Address to bind, NAME://host:port; host empty = all interfaces, port 0 = ephemeral.",
+        "Addresses to bind, NAME://host:port,...; host empty = all interfaces, port 0 = "
+        "ephemeral. NAME's protocol comes from listener.security.protocol.map.",
         _parse_bind_listeners,
-        _format_listeners,
-        semel="default binds 127.0.0.1 (Kafka: all interfaces); one PLAINTEXT listener only",
+        format_listeners,
+        semel="default binds 127.0.0.1 (Kafka: all interfaces); several listeners may use port 0",
     )
     advertised_listeners: tuple[Listener, ...] = _custom(
         (),
-        "Address given to clients in metadata; empty = the bound listener address.",
+        "Addresses given to clients in metadata, NAME://host:port per listener; a listener not "
+        "named here advertises its bound address.",
         _parse_advertised,
-        _format_listeners,
-        semel="port 0 means the port actually bound",
+        format_listeners,
+        semel="port 0 means the port actually bound; Kafka leaves unnamed listeners out",
+    )
+    listener_security_protocol_map: tuple[tuple[str, str], ...] = _custom(
+        DEFAULT_PROTOCOL_MAP,
+        "Security protocol of each listener name, NAME:PROTOCOL,... with PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT or SASL_SSL.",
+        parse_protocol_map,
+        format_protocol_map,
     )
     node_id: int = _int(0, "The broker's node id, returned in metadata.", semel="default 0")
     # --- storage
@@ -286,7 +311,8 @@ class BrokerConfig:
         semel="semel's own key; off: INVALID_REPLICATION_FACTOR as in Kafka",
     )
     auto_create_topics_enable: bool = _bool(
-        True, "Create a topic when a client asks for its metadata (never on produce, as in Kafka 4)."
+        True,
+        "Create a topic when a client asks for its metadata (never on produce, as in Kafka 4).",
     )
     delete_topic_enable: bool = _bool(True, "Allow DeleteTopics.")
     log_segment_bytes: int = _int(1073741824, "Size at which a segment is rolled.", lo=14)
@@ -396,6 +422,102 @@ class BrokerConfig:
         _format_endpoint,
         semel="semel's own key",
     )
+    # --- TLS (each may be overridden per listener: listener.name.<name>.ssl.*)
+    ssl_keystore_type: str = _text(
+        "JKS",
+        "Format of the key store: PKCS12, PEM, or JKS (Kafka's default).",
+        parse_store_type,
+        semel="JKS reads a PKCS12 file, as Java does; a real JKS file must be converted",
+    )
+    ssl_keystore_location: str = _text(
+        "", "Key store file: the broker's key and certificate chain."
+    )
+    ssl_keystore_password: Password | None = _secret(  # noqa: RUF009
+        "Password of the key store file (not PEM)."
+    )
+    ssl_key_password: Password | None = _secret(  # noqa: RUF009
+        "Password of the private key (PEM: if encrypted)."
+    )
+    ssl_keystore_certificate_chain: Password | None = _secret(  # noqa: RUF009
+        "Certificate chain in PEM, inline (with ssl.keystore.key and ssl.keystore.type=PEM)."
+    )
+    ssl_keystore_key: Password | None = _secret(  # noqa: RUF009
+        "Private key in PEM (PKCS#8, encrypted with ssl.key.password or not), inline."
+    )
+    ssl_truststore_type: str = _text(
+        "JKS",
+        "Format of the trust store: PKCS12, PEM, or JKS (Kafka's default).",
+        parse_store_type,
+        semel="JKS reads a PKCS12 file, as Java does; a real JKS file must be converted",
+    )
+    ssl_truststore_location: str = _text("", "Trust store file: CAs that sign client certificates.")
+    ssl_truststore_password: Password | None = _secret(  # noqa: RUF009
+        "Password of the trust store file (not PEM)."
+    )
+    ssl_truststore_certificates: Password | None = _secret(  # noqa: RUF009
+        "Trusted certificates in PEM, inline (with ssl.truststore.type=PEM)."
+    )
+    ssl_client_auth: str = _text(
+        "none",
+        "Client certificates: none, requested (verified if sent) or required (mutual TLS).",
+        parse_client_auth,
+        semel="as in Kafka, applies to SASL_SSL only when set with the listener.name prefix",
+    )
+    ssl_enabled_protocols: tuple[str, ...] = _list(
+        ("TLSv1.2", "TLSv1.3"),
+        "TLS versions accepted (Java's names), a contiguous range.",
+        parse_tls_protocols,
+    )
+    ssl_cipher_suites: tuple[str, ...] = _list(
+        (),
+        "TLS 1.2 cipher suites, IANA/Java names or OpenSSL names; empty = OpenSSL's defaults.",
+        parse_list,
+        semel="TLS 1.3 suites cannot be chosen one by one (Python's ssl): listing only TLS 1.3 "
+        "suites allows TLS 1.3 only, listing none allows TLS 1.2 only",
+    )
+    ssl_principal_mapping_rules: str = _text(
+        "DEFAULT",
+        "Rules mapping a client certificate's distinguished name to a principal name.",
+        parse_mapping_rules,
+    )
+    ssl_endpoint_identification_algorithm: str = _text(
+        "https",
+        "Host name verification of the peer; a broker does not check its clients' names.",
+        semel="accepted and unused (semel makes no TLS connections of its own)",
+    )
+    # --- SASL
+    sasl_enabled_mechanisms: tuple[str, ...] = _list(
+        ("GSSAPI",),
+        "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
+        parse_sasl_mechanisms,
+        semel="GSSAPI (Kerberos, Kafka's default) and OAUTHBEARER are not implemented: a SASL "
+        "listener must set this to semel's mechanisms",
+    )
+    connections_max_reauth_ms: int = _int(
+        0,
+        "Longest session of a SASL connection before it must re-authenticate (KIP-368); 0 = off.",
+        hi=INT64_MAX,
+    )
+    connection_failed_authentication_delay_ms: int = _int(
+        100,
+        "Delay before a connection whose authentication failed is closed (slows down password "
+        "guessing); must be lower than connections.max.idle.ms.",
+    )
+    # --- authorization
+    authorizer_class_name: str = _text(
+        "",
+        f"{STANDARD_AUTHORIZER} turns ACL checks on; empty = every request is allowed.",
+        parse_authorizer,
+    )
+    super_users: tuple[Principal, ...] = _custom(
+        (),
+        "Principals allowed everything, separated by ';', e.g. User:admin;User:ops.",
+        parse_super_users,
+        format_super_users,
+    )
+    allow_everyone_if_no_acl_found: bool = _bool(
+        False, "Allow a request on a resource no ACL matches (false: deny, as in Kafka)."
+    )
     # --- group coordinator
     group_initial_rebalance_delay_ms: int = _int(
         3000, "Wait before the first rebalance of an empty group."
@@ -403,7 +525,8 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = _int(6000, "Smallest session timeout a member may ask.")
     group_max_session_timeout_ms: int = _int(1800000, "Largest session timeout a member may ask.")
     group_max_size: int = _int(
-        INT32_MAX, "Most members a group may have; a join beyond it gets GROUP_MAX_SIZE_REACHED.",
+        INT32_MAX,
+        "Most members a group may have; a join beyond it gets GROUP_MAX_SIZE_REACHED.",
         lo=1,
     )
     offset_metadata_max_bytes: int = _int(
@@ -444,38 +567,113 @@ class BrokerConfig:
         600000, "How often expired producer ids are removed.", lo=1
     )
 
+    # listener.name.<listener>.<key> settings as (LISTENER, key, value), sorted; resolved by
+    # listener_security(). Not a property itself (no spec): see LISTENER_KEYS.
+    listener_overrides: tuple[tuple[str, str, Any], ...] = field(default=(), metadata={})
+
     @property
     def listener(self) -> Listener:
-        """The (single) listener to bind."""
+        """The first listener: the one `--host`/`--port` rewrite and the default of the
+        single-listener accessors."""
         return self.listeners[0]
 
-    def advertised_listener(self, bound_port: int) -> Listener:
-        """What metadata tells clients, given the port actually bound.
+    def find_listener(self, name: str) -> Listener:
+        """The listener called `name` (any case); KeyError if there is none."""
+        upper = name.upper()
+        for listener in self.listeners:
+            if listener.name == upper:
+                return listener
+        raise KeyError(name)
 
-        `advertised.listeners` if set (port 0 there = `bound_port`); otherwise the bound
-        listener, with a wildcard host replaced by this machine's host name.
+    def advertised_listener(self, bound_port: int, name: str | None = None) -> Listener:
+        """What metadata tells clients of listener `name` (default: the first), given the port
+        it actually bound.
+
+        Its `advertised.listeners` entry if there is one (port 0 there = `bound_port`);
+        otherwise the bound listener, with a wildcard host replaced by this machine's host name.
         """
-        if self.advertised_listeners:
-            adv = self.advertised_listeners[0]
-            return adv._replace(port=adv.port or bound_port)
-        host = self.listener.host
+        listener = self.listener if name is None else self.find_listener(name)
+        for adv in self.advertised_listeners:
+            if adv.name == listener.name:
+                return adv._replace(port=adv.port or bound_port)
+        host = listener.host
         if host in _WILDCARD_HOSTS:
             host = socket.gethostname()
-        return Listener(self.listener.name, host, bound_port)
+        return Listener(listener.name, host, bound_port)
+
+    def security_protocol(self, name: str) -> str:
+        """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL: the protocol of listener `name`."""
+        protocol = dict(self.listener_security_protocol_map).get(name.upper())
+        if protocol is None:
+            raise KeyError(name)
+        return protocol
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        return self.authorizer_class_name == STANDARD_AUTHORIZER
+
+    def listener_security(self, name: str) -> ListenerSecurity:
+        """Listener `name`'s protocol and TLS/SASL settings, its `listener.name.<name>.`
+        overrides applied over the broker-wide keys. KeyError for an unknown listener.
+
+        As in Kafka, `ssl.client.auth` applies to a SASL_SSL listener only when set with the
+        listener prefix (else none), and a JAAS config is per listener and mechanism only.
+        """
+        listener = self.find_listener(name)
+        overrides = {k: v for n, k, v in self.listener_overrides if n == listener.name}
+        return resolve_listener_security(
+            listener.name,
+            self.security_protocol(listener.name),
+            overrides,
+            lambda key: getattr(self, _attr(key)),
+        )
 
     def as_properties(self) -> dict[str, str]:
-        """Kafka name -> value as text (parses back to this config; for DescribeConfigs)."""
-        return {name: spec.format(getattr(self, _attr(name))) for name, spec in PROPERTIES.items()}
+        """Kafka name -> value as text (for DescribeConfigs). It parses back to this config,
+        except that a secret that is set shows as "[hidden]"; listener overrides are in
+        listener_properties()."""
+        return {
+            name: _HIDDEN
+            if spec.sensitive and getattr(self, _attr(name)) is not None
+            else spec.format(getattr(self, _attr(name)))
+            for name, spec in PROPERTIES.items()
+        }
+
+    def listener_properties(self) -> dict[str, str]:
+        """The `listener.name.<name>.<key>` settings as text, secrets as "[hidden]"."""
+        result = {}
+        for name, key, value in self.listener_overrides:
+            full = listener_prefix(name) + key
+            if isinstance(value, Password):
+                result[full] = _HIDDEN
+            else:
+                result[full] = PROPERTIES[key].format(value)
+        return result
 
 
 def _attr(name: str) -> str:
     return name.replace(".", "_")
 
 
+def _key(attr: str) -> str:
+    return attr.replace("_", ".")
+
+
+_HIDDEN = "[hidden]"
+
 PROPERTIES: dict[str, PropertySpec] = {
-    f.name.replace("_", "."): PropertySpec(f.name.replace("_", "."), *f.metadata["spec"])
+    _key(f.name): PropertySpec(_key(f.name), *f.metadata["spec"])
     for f in dataclasses.fields(BrokerConfig)
+    if "spec" in f.metadata
 }
+
+# Keys one listener may override with listener.name.<listener>.<key>: TLS and SASL settings,
+# and the JAAS config of each mechanism (<mechanism>.sasl.jaas.config).
+LISTENER_KEYS: frozenset[str] = frozenset(
+    [name for name in PROPERTIES if name.startswith("ssl.")]
+    + ["sasl.enabled.mechanisms", "connections.max.reauth.ms"]
+    + [jaas_key(mechanism) for mechanism in SASL_MECHANISMS]
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,8 +730,8 @@ KNOWN_KEYS: frozenset[str] = frozenset(PROPERTIES) | frozenset(ALIASES)
 
 
 def env_var_name(key: str) -> str:
-    """The environment variable that sets `key`: log.dirs -> SEMEL_LOG_DIRS."""
-    return ENV_PREFIX + key.replace(".", "_").upper()
+    """The environment variable that sets `key`: log.dirs -> SEMEL_LOG_DIRS ('-' also -> '_')."""
+    return ENV_PREFIX + key.replace(".", "_").replace("-", "_").upper()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -543,7 +741,8 @@ def env_var_name(key: str) -> str:
 class _Setting(NamedTuple):
     key: str
     value: str
-    origin: str  # where it came from, for messages
+    origin: str  # where it came from, for messages (never a secret value)
+    env: str = ""  # the environment variable it came from, if it did
 
 
 def load_config(
@@ -557,7 +756,8 @@ def load_config(
 ) -> BrokerConfig:
     """Defaults < file at `path` < `env` (os.environ if None) < `overrides` < host/port/data_dir.
 
-    Raises ConfigError with a one-line message on any problem.
+    Raises ConfigError with a one-line message on any problem, including TLS material that
+    cannot be loaded (every SSL and SASL_SSL listener's context is built once here).
     """
     sources: list[list[_Setting]] = []
     if path is not None:
@@ -566,11 +766,17 @@ def load_config(
     sources.append(_from_overrides(overrides))
 
     chosen: dict[str, _Setting] = {}  # canonical property -> the setting that decides it
+    per_listener: list[_Setting] = []  # listener.name.* keys, checked once listeners are known
     for settings in sources:
+        static = []
         for setting in settings:
-            if setting.key not in KNOWN_KEYS:
+            if setting.key.startswith(LISTENER_PREFIX):
+                per_listener.append(setting)
+            elif setting.key in KNOWN_KEYS:
+                static.append(setting)
+            else:
                 raise ConfigError(_unknown(setting))
-        latest = {s.key: s for s in settings}  # within a source the last occurrence wins
+        latest = {s.key: s for s in static}  # within a source the last occurrence wins
         for target, keys in _GROUPS.items():
             winner = next((latest[k] for k in keys if k in latest), None)
             if winner is not None:
@@ -588,8 +794,35 @@ def load_config(
             raise ConfigError(f"{setting.key}: {e} ({setting.origin})") from None
     config = BrokerConfig(**values)
     config = apply_cli_options(config, host=host, port=port, data_dir=data_dir)
+    if per_listener:
+        config = dataclasses.replace(
+            config, listener_overrides=_listener_overrides(config, per_listener)
+        )
     _check(config)
     return config
+
+
+def _listener_overrides(
+    config: BrokerConfig, settings: list[_Setting]
+) -> tuple[tuple[str, str, Any], ...]:
+    names = [listener.name for listener in config.listeners]
+    chosen: dict[tuple[str, str], _Setting] = {}  # later settings win
+    for s in settings:
+        try:
+            target = resolve_listener_key(
+                s.key, s.env, names, LISTENER_KEYS, KNOWN_KEYS, env_var_name
+            )
+        except UnknownListenerKey as e:
+            raise ConfigError(f"unknown property {s.key!r} ({s.origin}): {e}{e.hint}") from None
+        chosen[target] = s
+    result = []
+    for (name, key), s in chosen.items():
+        parse = PROPERTIES[key].parse if key in PROPERTIES else parse_password  # JAAS: a secret
+        try:
+            result.append((name, key, parse(s.value)))
+        except _Invalid as e:
+            raise ConfigError(f"{listener_prefix(name)}{key}: {e} ({s.origin})") from None
+    return tuple(sorted(result, key=lambda t: (t[0], t[1])))
 
 
 def apply_cli_options(
@@ -599,7 +832,8 @@ def apply_cli_options(
     port: int | None = None,
     data_dir: str | None = None,
 ) -> BrokerConfig:
-    """--host/--port rewrite the listener's host/port; --data-dir replaces log.dirs."""
+    """--host/--port rewrite the first listener's host/port (the others are left as they
+    are); --data-dir replaces log.dirs."""
     changes: dict[str, Any] = {}
     if host is not None or port is not None:
         if port is not None and not 0 <= port <= 65535:
@@ -632,6 +866,37 @@ def _check(config: BrokerConfig) -> None:
             f"group.min.session.timeout.ms ({config.group_min_session_timeout_ms}) must not "
             f"exceed group.max.session.timeout.ms ({config.group_max_session_timeout_ms})"
         )
+    _check_listeners(config)
+
+
+def _check_listeners(config: BrokerConfig) -> None:
+    names = [listener.name for listener in config.listeners]
+    protocols = dict(config.listener_security_protocol_map)
+    for name in names:
+        if name not in protocols:
+            raise ConfigError(
+                f"listeners: no security protocol defined for listener {name} in "
+                f"listener.security.protocol.map ({format_protocol_map(tuple(protocols.items()))})"
+            )
+    try:
+        check_ports(config.listeners)
+    except _Invalid as e:
+        raise ConfigError(f"listeners: {e}") from None
+    for adv in config.advertised_listeners:
+        if adv.name not in names:
+            raise ConfigError(
+                f"advertised.listeners: {adv.name} is not in listeners ({', '.join(names)})"
+            )
+    for name in names:
+        sec = config.listener_security(name)
+        try:
+            check_listener(sec)
+        except _Invalid as e:
+            raise ConfigError(str(e)) from None
+        if sec.ssl is not None:
+            from broker.security.tls import build_server_context
+
+            build_server_context(sec)  # loads the key store and trust store: ConfigError
 
 
 def _read_file(path: str) -> list[_Setting]:
@@ -655,7 +920,7 @@ def _from_env(env: Mapping[str, str]) -> list[_Setting]:
         if not name.startswith(ENV_PREFIX) or name in RESERVED_ENV:
             continue
         key = name[len(ENV_PREFIX) :].lower().replace("_", ".")
-        settings.append(_Setting(key, env[name], f"environment variable {name}"))
+        settings.append(_Setting(key, env[name], f"environment variable {name}", name))
     return settings
 
 
@@ -664,12 +929,40 @@ def _from_overrides(overrides: Iterable[str]) -> list[_Setting]:
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set expects key=value, got {item!r}")
-        settings.append(_Setting(key.strip(), value, f"--set {item!r}"))
+            shown = _HIDDEN if _SECRET_LIKE.search(item) else item
+            raise ConfigError(f"--set expects key=value, got {shown!r}")
+        key = key.strip()
+        origin = f"--set '{key}={_HIDDEN}'" if _is_secret(key) else f"--set {item!r}"
+        settings.append(_Setting(key, value, origin))
     return settings
 
 
+# Kafka keys semel refuses with a reason rather than "unknown property"
+_NOT_USED = {
+    "inter.broker.listener.name": "semel is a single node: there is no inter-broker listener",
+    "security.inter.broker.protocol": "semel is a single node: there is no inter-broker traffic",
+    "sasl.mechanism.inter.broker.protocol": "semel is a single node: no inter-broker SASL",
+    "sasl.jaas.config": "a broker's JAAS config is set per listener and mechanism: "
+    "listener.name.<listener>.<mechanism>.sasl.jaas.config",
+}
+_SECRET_LIKE = re.compile(r"pass|secret|jaas|\.key\b|certificate|credential", re.IGNORECASE)
+
+
+def _is_secret(key: str) -> bool:
+    """Whether a --set value for `key` must not be shown: a secret property (also behind a
+    listener prefix), a JAAS config, or an unknown key that looks like or is close to one."""
+    base = key.split(".", 3)[-1] if key.startswith(LISTENER_PREFIX) else key
+    if base in PROPERTIES:
+        return PROPERTIES[base].sensitive
+    if key in KNOWN_KEYS or base in LISTENER_KEYS:
+        return base.endswith(JAAS_SUFFIX)
+    close = difflib.get_close_matches(base, PROPERTIES, n=1, cutoff=0.6)
+    return bool(_SECRET_LIKE.search(key)) or bool(close and PROPERTIES[close[0]].sensitive)
+
+
 def _unknown(setting: _Setting) -> str:
+    if setting.key in _NOT_USED:
+        return f"unsupported property {setting.key!r} ({setting.origin}): {_NOT_USED[setting.key]}"
     close = difflib.get_close_matches(setting.key, KNOWN_KEYS, n=1, cutoff=0.6)
     hint = ""
     if close:

@@ -40,10 +40,13 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from broker.dispatch import CloseConnection
+from broker.security.endpoint import AuthenticationRefused
+from broker.security.session import Session
 from protocol.errors import ProtocolError
 from protocol.frame import BufferedFrameReader
 
 if TYPE_CHECKING:
+    from broker.security.endpoint import ListenerEndpoint
     from broker.server import Broker
 
 log = logging.getLogger("broker.connection")
@@ -60,9 +63,10 @@ class _Slot:
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, endpoint: ListenerEndpoint | None = None) -> None:
         config = broker.config
         self.broker = broker
+        self.endpoint = endpoint
         self.dispatcher = broker.dispatcher
         self.memory = broker.request_memory
         self.reader = BufferedFrameReader(config.socket_request_max_bytes,
@@ -85,6 +89,7 @@ class Connection(asyncio.BufferedProtocol):
         self.bad_input_seen = False
         self.last_active = broker.monotonic_ms()
         self.partial_since: int | None = None
+        self.session = Session(self.ip)
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -101,6 +106,13 @@ class Connection(asyncio.BufferedProtocol):
             transport.abort()
             return
         self.admitted = True
+        if self.endpoint is not None:
+            try:
+                self.session = self.endpoint.new_session(
+                    self.ip, transport.get_extra_info("ssl_object"))
+            except AuthenticationRefused as e:
+                self.bad_input("authentication_failed", f"closing {self.peer}: {e}")
+                self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -150,7 +162,8 @@ class Connection(asyncio.BufferedProtocol):
         """Start one request if one is ready and the connection may; if another is ready
         behind it, the next one starts in the loop's next round, as every connection's
         does: one request per connection per round, however many a client pipelines."""
-        if self.running or self.closed or len(self.slots) >= self.max_inflight:
+        if (self.running or self.closed or len(self.slots) >= self.max_inflight
+                or self.session.close_after_ms is not None):
             return
         try:
             frame = self.reader.next_frame()
@@ -192,7 +205,7 @@ class Connection(asyncio.BufferedProtocol):
     async def _run(self, frame: memoryview, slot: _Slot) -> None:
         try:
             slot.data = await self.dispatcher.dispatch(
-                frame, self.peer, lambda: self._release_turn(slot))
+                frame, self.session, lambda: self._release_turn(slot))
         except CloseConnection as e:
             self.bad_input(e.reason, f"closing {self.peer}: {e}")
             self.close()
@@ -205,6 +218,12 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         slot.done = True
+        close_after_ms = self.session.close_after_ms
+        if close_after_ms is not None:  # failed authentication: answer, then close
+            self.bad_input("authentication_failed",
+                           f"failed authentication with {self.peer} on {self.session.listener}")
+            self._update_reading()
+            asyncio.get_running_loop().call_later(close_after_ms / 1000, self.close)
         self._release_turn(slot)
         self._flush()
 
@@ -243,6 +262,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         memory = self.memory
         should_pause = (self.reader.full or self.writing_paused
+                        or self.session.close_after_ms is not None
                         or self.pending_bytes > self.max_pending
                         or (memory.large_full and (memory.full or self.reader.receiving_large)))
         if should_pause and not self.reading_paused:

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.security import ANONYMOUS, AclOperation, Principal, ResourceType
+from broker.security import AclOperation, Principal, ResourceType
+from broker.security.session import Session
 from protocol.frame import RequestHeader
 
 if TYPE_CHECKING:
@@ -17,12 +18,25 @@ if TYPE_CHECKING:
 class RequestContext:
     header: RequestHeader
     broker: Broker
-    client_host: str
+    session: Session
     # set by the connection: lets its next request start before this one is answered
     release: Callable[[], None] | None = None
-    # who sent it: the connection's authenticated principal (ANONYMOUS on PLAINTEXT)
-    principal: Principal = ANONYMOUS
-    listener: str = ""
+
+    def release_connection(self) -> None:
+        """The rest of this request need not hold up the connection's next request (its
+        response still leaves in order); e.g. an acks=all produce waiting for the disk."""
+        if self.release is not None:
+            self.release()
+
+    @property
+    def client_host(self) -> str:
+        return self.session.client_host
+
+    @property
+    def principal(self) -> Principal:
+        """Who sent it: the connection's authenticated principal (ANONYMOUS without SASL or
+        a client certificate)."""
+        return self.session.principal
 
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         """Whether this request's principal may do ``operation`` on the resource; always
@@ -30,8 +44,7 @@ class RequestContext:
         authorizer = self.broker.authorizer
         if authorizer is None:
             return True
-        return authorizer.authorize(self.principal, self.client_host, operation,
-                                    resource_type, name)
+        return self.session.authorize(authorizer, operation, resource_type, name)
 
     def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
         """Whether some resource of this type allows ``operation`` to this principal, as
@@ -39,14 +52,7 @@ class RequestContext:
         authorizer = self.broker.authorizer
         if authorizer is None:
             return True
-        return authorizer.authorize_by_resource_type(self.principal, self.client_host,
-                                                     operation, resource_type)
-
-    def release_connection(self) -> None:
-        """The rest of this request need not hold up the connection's next request (its
-        response still leaves in order); e.g. an acks=all produce waiting for the disk."""
-        if self.release is not None:
-            self.release()
+        return self.session.authorize_by_resource_type(authorizer, operation, resource_type)
 
     @property
     def api_version(self) -> int:

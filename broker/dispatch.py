@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from broker.context import RequestContext
 from broker.handlers import HANDLERS
+from broker.security.session import BEFORE_AUTHENTICATION, Session
 from protocol import api
 from protocol.errors import Error, KafkaError, ProtocolError
 from protocol.frame import encode_response_header, parse_request_header, peek_api_key_version
@@ -52,10 +53,12 @@ class Dispatcher:
         self.supported = advertised_versions()
         self.metrics = broker.metrics
 
-    async def dispatch(self, frame: memoryview, client_host: str,
+    async def dispatch(self, frame: memoryview, session: Session,
                        release: Callable[[], None] | None = None) -> list | None:
         """The response frame (size prefix included) as buffers for ``writelines``, or None
         when no response is sent (acks=0). Large fetched records are not copied into it."""
+        if session.raw_tokens:
+            return self._raw_token(frame, session)
         try:
             api_key, version, correlation_id = peek_api_key_version(frame)
         except ProtocolError as e:
@@ -63,6 +66,15 @@ class Dispatcher:
         handler = HANDLERS.get(api_key)
         if handler is None:
             raise CloseConnection(f"unknown api key {api_key}", "unknown_api")
+        if api_key not in BEFORE_AUTHENTICATION:
+            if not session.authenticated:
+                raise CloseConnection(
+                    f"unexpected Kafka request of type {api.BY_KEY[api_key].name} during SASL "
+                    "handshake", "unauthenticated")
+            if session.expires_ms is not None and session.expired(self.broker.monotonic_ms()):
+                raise CloseConnection(
+                    f"the SASL session of {session.principal} expired without "
+                    "re-authentication (connections.max.reauth.ms)", "session_expired")
         lo, hi = self.supported[api_key]
         if not lo <= version <= hi:
             if api_key == API_VERSIONS:
@@ -76,7 +88,7 @@ class Dispatcher:
             request, _ = request_codec.decode(version, frame, pos)
         except ProtocolError as e:
             raise CloseConnection(f"malformed {api.BY_KEY[api_key].name} v{version}: {e}") from None
-        ctx = RequestContext(header, self.broker, client_host, release)
+        ctx = RequestContext(header, self.broker, session, release)
         try:
             response = await handler.handle(ctx, request)
         except KafkaError as e:
@@ -90,6 +102,19 @@ class Dispatcher:
         if self.metrics is not None:
             self.metrics.observe_request(api_key, time.perf_counter() - started)
         return out.chunks()
+
+    def _raw_token(self, frame: memoryview, session: Session) -> list:
+        """A bare SASL token after SaslHandshake v0, answered with a bare token; a failure
+        closes the connection without an answer, as Kafka does."""
+        step = session.sasl.step(bytes(frame))
+        if step.error != Error.NONE:
+            raise CloseConnection(f"SASL authentication failed: {step.error_message}",
+                                  "authentication_failed")
+        if step.done:
+            session.raw_tokens = False
+            session.authenticated_as(step.principal, step.session_lifetime_ms,
+                                     self.broker.monotonic_ms())
+        return [_SIZE.pack(len(step.challenge)), step.challenge]
 
     def _unsupported_api_versions(self, correlation_id: int) -> bytes:
         from broker.handlers import api_versions

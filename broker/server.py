@@ -21,6 +21,9 @@ from broker.features import FINALIZED_FEATURES
 from broker.fetch_wait import FetchWaiters
 from broker.metrics import BrokerMetrics
 from broker.request_memory import RequestMemory
+from broker.security.authorizer import Authorizer
+from broker.security.credentials import ScramCredentialStore
+from broker.security.endpoint import ListenerEndpoint
 from coordinator.group import GroupConfig, GroupCoordinator
 from coordinator.producer_id import ProducerIdManager
 from coordinator.transaction import LogMarkerWriter, TransactionCoordinator, TxnConfig
@@ -78,6 +81,8 @@ class Broker:
             producer_id_expiration_ms=config.producer_id_expiration_ms,
             producer_id_expiration_check_interval_ms=(
                 config.producer_id_expiration_check_interval_ms))
+        # SCRAM credentials in the first log dir (read on first use; see its load())
+        self.scram_credentials = ScramCredentialStore(Path(config.log_dirs), self.log_manager.fs)
         self.producer_id_manager = ProducerIdManager(
             Path(config.log_dirs), self.log_manager.fs, broker_id=config.node_id)
         self.fetch_waiters = FetchWaiters()
@@ -93,7 +98,11 @@ class Broker:
             clock, LogMarkerWriter(self.log_manager, self.group_coordinator, clock=clock))
         self.log_manager.on_high_watermark = self.fetch_waiters.notify
         self.dispatcher = Dispatcher(self)
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
+        self.endpoints = [
+            ListenerEndpoint(config.listener_security(listener.name), listener.host,
+                             listener.port, self.scram_credentials)
+            for listener in config.listeners]
         self._tasks: list[asyncio.Task] = []
         self.host = ""
         self.port = 0
@@ -111,24 +120,38 @@ class Broker:
     async def start(self) -> None:
         await self.log_manager.start()
         await self.producer_id_manager.start()  # the data directory is locked now
+        self.scram_credentials.load()  # a damaged credentials file stops the start here
         await self.group_coordinator.start()
         await self.txn_coordinator.start()
-        listener = self.config.listener
+        if self.config.authorizer_enabled:
+            self.authorizer = Authorizer.open(
+                self.config.log_dirs, self.config.super_users,
+                self.config.allow_everyone_if_no_acl_found, self.log_manager.fs)
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                lambda: Connection(self), listener.host or None, listener.port,
-                reuse_address=True, backlog=1024)
+            for endpoint in self.endpoints:
+                server = await loop.create_server(
+                    lambda endpoint=endpoint: Connection(self, endpoint),
+                    endpoint.host or None, endpoint.port, ssl=endpoint.ssl_context,
+                    reuse_address=True, backlog=1024)
+                self._servers.append(server)
+                endpoint.port = server.sockets[0].getsockname()[1]
+                if not endpoint.host:
+                    endpoint.host = server.sockets[0].getsockname()[0]
+                adv = self.config.advertised_listener(endpoint.port, endpoint.name)
+                endpoint.advertised_host = adv.host or endpoint.host
+                endpoint.advertised_port = adv.port
         except OSError as e:
+            for server in self._servers:
+                server.close()
             await self.txn_coordinator.stop()
             await self.group_coordinator.stop()
             await self.log_manager.close()
-            raise OSError(e.errno, f"cannot listen on {listener.host}:{listener.port}: "
-                                   f"{e.strerror}") from None
-        sock = self._server.sockets[0]
-        self.host, self.port = sock.getsockname()[:2]
-        adv = self.config.advertised_listener(self.port)
-        self.advertised_host, self.advertised_port = adv.host or self.host, adv.port
+            raise OSError(e.errno, f"cannot listen on {endpoint.host}:{endpoint.port} "
+                                   f"({endpoint.name}): {e.strerror}") from None
+        first = self.endpoints[0]
+        self.host, self.port = self._servers[0].sockets[0].getsockname()[:2]
+        self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
         self._tasks.append(loop.create_task(self._close_idle_connections()))
         self.metrics.register_exactly_once(self.log_manager, self.txn_coordinator, loop)
         endpoint = self.config.metrics_listener
@@ -139,9 +162,16 @@ class Broker:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def advertised(self, listener: str) -> tuple[str, int]:
+        """(host, port) metadata gives a client connected to ``listener``."""
+        for endpoint in self.endpoints:
+            if endpoint.name == listener:
+                return endpoint.advertised_host, endpoint.advertised_port
+        return self.advertised_host, self.advertised_port
+
     async def stop(self, grace_s: float = 5.0) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in self._tasks:
             task.cancel()
         # transactions being completed may still need the group coordinator (markers)
@@ -157,9 +187,9 @@ class Broker:
         self.metrics.close()
         await self.producer_id_manager.close()
         await self.log_manager.close()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
 
     async def __aenter__(self) -> Self:
         await self.start()

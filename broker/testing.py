@@ -22,6 +22,7 @@ from typing import Self
 from broker.config import load_config
 
 READY = re.compile(r"ready on (\S+):(\d+)")
+OTHER_LISTENER = re.compile(r", (\w+) \w+ on \S+:(\d+)")
 
 
 def test_config(data_dir: Path, overrides: dict[str, str] | None = None):
@@ -100,7 +101,8 @@ class BrokerProcess:
                  port: int = 0) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = {"log.flush.mode": "fsync", **(overrides or {})}
-        self.port = port
+        self.port = port  # the first listener's
+        self.ports: dict[str, int] = {}  # the other listeners', by name
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
 
@@ -125,6 +127,7 @@ class BrokerProcess:
                 m = READY.search(line)
                 if m and not ready.is_set():
                     self.port = int(m.group(2))
+                    self.ports = {name: int(port) for name, port in OTHER_LISTENER.findall(line)}
                     ready.set()
             ready.set()
 

@@ -62,6 +62,8 @@ APIS: tuple[Api, ...] = (
     Api(42, "DeleteGroups", 0, 2),
     Api(44, "IncrementalAlterConfigs", 0, 1),
     Api(47, "OffsetDelete", 0, 0),
+    Api(50, "DescribeUserScramCredentials", 0, 0),
+    Api(51, "AlterUserScramCredentials", 0, 0),
     Api(60, "DescribeCluster", 0, 1),
     Api(61, "DescribeProducers", 0, 0),
     Api(65, "DescribeTransactions", 0, 0),

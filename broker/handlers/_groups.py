@@ -11,8 +11,7 @@ def coordinator(ctx) -> GroupCoordinator:
 
 def request_info(ctx) -> RequestInfo:
     """client id, client host as Kafka prints it ("/127.0.0.1"), api version."""
-    host = ctx.client_host.rsplit(":", 1)[0] if ctx.client_host else ""
-    return RequestInfo(ctx.header.client_id or "", f"/{host}", ctx.api_version)
+    return RequestInfo(ctx.header.client_id or "", f"/{ctx.client_host}", ctx.api_version)
 
 
 def partition_exists(ctx, topic: str, partition: int) -> bool:

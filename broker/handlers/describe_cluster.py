@@ -46,11 +46,12 @@ async def handle(ctx, req: DescribeClusterRequest) -> DescribeClusterResponse:
             error_message="The request was sent to an endpoint of type BROKER, but we wanted "
                           "an endpoint of type CONTROLLER")
     broker = ctx.broker
+    host, port = broker.advertised(ctx.session.listener)
     return DescribeClusterResponse(
         error_code=Error.NONE, endpoint_type=ENDPOINT_BROKER, cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
-        brokers=[DescribeClusterBroker(broker_id=broker.node_id, host=broker.advertised_host,
-                                       port=broker.advertised_port, rack=None)],
+        brokers=[DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
+                                       rack=None)],
         cluster_authorized_operations=(cluster_authorized_operations()
                                        if req.include_cluster_authorized_operations
                                        else AUTHORIZED_OPERATIONS_OMITTED))

@@ -37,7 +37,7 @@ def _lookup(ctx, key_type: int) -> Error:
 
 async def handle(ctx, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
     broker = ctx.broker
-    node = (broker.node_id, broker.advertised_host, broker.advertised_port)
+    node = (broker.node_id, *broker.advertised(ctx.session.listener))
     if ctx.api_version >= 4:
         coordinators = []
         for key in req.coordinator_keys:

@@ -72,9 +72,9 @@ async def handle(ctx, req: MetadataRequest) -> MetadataResponse:
                     topics.append(_error_topic(requested.name, None, e.code))
                     continue
             topics.append(topic_entry(info, node_id))
+    host, port = broker.advertised(ctx.session.listener)
     return MetadataResponse(
-        brokers=[MetadataResponseBroker(node_id, broker.advertised_host, broker.advertised_port,
-                                        None)],
+        brokers=[MetadataResponseBroker(node_id, host, port, None)],
         cluster_id=broker.cluster_id, controller_id=node_id, topics=topics)
 
 

@@ -23,7 +23,8 @@
  * COMMANDS (or ADMIN_COMMANDS for `admin <sub>`) with its usage and options. `copier` is
  * tests/chaos's transactional copier and prints tests/chaos/history.py events instead.
  * Planned: admin list-transactions, describe-transactions, describe-producers,
- * abort-transaction.
+ * abort-transaction. admin create-acls / describe-acls / delete-acls take an ACL (or filter) as
+ * seven words: TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION.
  */
 
 import java.io.BufferedOutputStream;
@@ -177,6 +178,15 @@ public final class SemelClient {
             "abort-transaction T PARTITION --start-offset O  (as kafka-transactions.sh abort: the"
                 + " producer whose open transaction starts at O, found with describeProducers)",
             "", SemelClient::abortTransaction);
+        String aclArgs = "TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION";
+        register(ADMIN_COMMANDS, "create-acls", "create-acls " + aclArgs + " [" + aclArgs + "]..."
+            + "  (Kafka's enum names, e.g. TOPIC orders LITERAL User:alice * READ ALLOW)", "",
+            SemelClient::createAcls);
+        register(ADMIN_COMMANDS, "describe-acls", "describe-acls " + aclArgs
+            + "  (a filter: ANY/MATCH allowed, '-' = any name, principal or host)", "",
+            SemelClient::describeAcls);
+        register(ADMIN_COMMANDS, "delete-acls", "delete-acls " + aclArgs + " [" + aclArgs + "]..."
+            + "  (filters, as describe-acls)", "", SemelClient::deleteAcls);
     }
 
     // ------------------------------------------------------------------ main
@@ -1009,6 +1019,70 @@ public final class SemelClient {
     }
 
     // ------------------------------------------------------------------ argument parsing
+
+    // ACLs: each ACL or filter is 7 positionals; results are printed as {"type": ..., "acls":
+    // [{resource_type, name, pattern_type, principal, host, operation, permission}]}, sorted.
+
+    static List<org.apache.kafka.common.acl.AclBindingFilter> aclFilters(Args a) throws UsageError {
+        List<String> p = a.positionals();
+        if (p.isEmpty() || p.size() % 7 != 0) throw new UsageError("expected 7 words per ACL, got " + p.size());
+        List<org.apache.kafka.common.acl.AclBindingFilter> filters = new ArrayList<>();
+        for (int i = 0; i < p.size(); i += 7) {
+            filters.add(new org.apache.kafka.common.acl.AclBindingFilter(
+                new org.apache.kafka.common.resource.ResourcePatternFilter(
+                    org.apache.kafka.common.resource.ResourceType.fromString(p.get(i)), orAny(p.get(i + 1)),
+                    org.apache.kafka.common.resource.PatternType.fromString(p.get(i + 2))),
+                new org.apache.kafka.common.acl.AccessControlEntryFilter(orAny(p.get(i + 3)), orAny(p.get(i + 4)),
+                    org.apache.kafka.common.acl.AclOperation.fromString(p.get(i + 5)),
+                    org.apache.kafka.common.acl.AclPermissionType.fromString(p.get(i + 6)))));
+        }
+        return filters;
+    }
+
+    static String orAny(String word) { return word.equals("-") ? null : word; }
+
+    static List<Object> aclsJson(Collection<org.apache.kafka.common.acl.AclBinding> acls) {
+        List<org.apache.kafka.common.acl.AclBinding> sorted = new ArrayList<>(acls);
+        sorted.sort((x, y) -> x.toString().compareTo(y.toString()));
+        List<Object> out = new ArrayList<>();
+        for (org.apache.kafka.common.acl.AclBinding b : sorted) {
+            out.add(new Json().put("resource_type", b.pattern().resourceType().name())
+                .put("name", b.pattern().name()).put("pattern_type", b.pattern().patternType().name())
+                .put("principal", b.entry().principal()).put("host", b.entry().host())
+                .put("operation", b.entry().operation().name())
+                .put("permission", b.entry().permissionType().name()));
+        }
+        return out;
+    }
+
+    static void createAcls(Args a) throws Exception {
+        List<org.apache.kafka.common.acl.AclBinding> acls = new ArrayList<>();
+        for (org.apache.kafka.common.acl.AclBindingFilter f : aclFilters(a)) {
+            acls.add(new org.apache.kafka.common.acl.AclBinding(
+                new org.apache.kafka.common.resource.ResourcePattern(f.patternFilter().resourceType(),
+                    f.patternFilter().name(), f.patternFilter().patternType()),
+                new org.apache.kafka.common.acl.AccessControlEntry(f.entryFilter().principal(),
+                    f.entryFilter().host(), f.entryFilter().operation(), f.entryFilter().permissionType())));
+        }
+        try (Admin admin = openAdmin(a)) {
+            admin.createAcls(acls).all().get();
+            emit(new Json().put("type", "acls_created").put("acls", aclsJson(acls)));
+        }
+    }
+
+    static void describeAcls(Args a) throws Exception {
+        List<org.apache.kafka.common.acl.AclBindingFilter> filters = aclFilters(a);
+        if (filters.size() != 1) throw new UsageError("describe-acls takes one filter");
+        try (Admin admin = openAdmin(a)) {
+            emit(new Json().put("type", "acls").put("acls", aclsJson(admin.describeAcls(filters.get(0)).values().get())));
+        }
+    }
+
+    static void deleteAcls(Args a) throws Exception {
+        try (Admin admin = openAdmin(a)) {
+            emit(new Json().put("type", "acls_deleted").put("acls", aclsJson(admin.deleteAcls(aclFilters(a)).all().get())));
+        }
+    }
 
     static void listTransactions(Args a) throws Exception {
         try (Admin admin = openAdmin(a)) {
