@@ -247,6 +247,9 @@ def _zstd_content_size(data) -> int | None:
 
 STREAM_CHUNK = 256 * 1024  # largest piece stream_decompress yields (snappy aside)
 _FEED = 64 * 1024  # compressed bytes handed to a decompressor per call
+# the first piece's size, doubling up to the chunk size: a small batch's output buffer stays
+# below malloc's mmap threshold (a fresh 256 KiB map per batch costs more than decompressing)
+_FIRST_PIECE = 64 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_SKIPPABLE = 0x184D2A50  # ..0x184D2A5F, little-endian magic of a skippable frame
 # largest zstd window (decoder memory) accepted: what compression levels up to 19 use; a
@@ -338,6 +341,7 @@ def _lz4_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator[
     d = lz4.frame.LZ4FrameDecompressor()
     pos = 0
     total = 0
+    piece = min(chunk_size, _FIRST_PIECE)
     while not d.eof:
         if d.needs_input:
             if pos >= end:
@@ -347,7 +351,7 @@ def _lz4_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator[
         else:
             feed = b""
         try:
-            out = d.decompress(feed, max_length=min(chunk_size, max_output - total + 1))
+            out = d.decompress(feed, max_length=min(piece, max_output - total + 1))
         except RuntimeError as e:
             raise ProtocolError(f"lz4: corrupt data ({e})") from None
         if out:
@@ -355,6 +359,7 @@ def _lz4_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator[
             if total > max_output:
                 raise _too_large("lz4", max_output)
             yield out
+            piece = min(chunk_size, piece * 2)
     if d.unused_data or pos < end:
         raise ProtocolError(
             f"lz4: {len(d.unused_data) + end - pos} bytes follow the end of the frame"
@@ -375,15 +380,17 @@ def _zstd_stream(view: memoryview, max_output: int, chunk_size: int) -> Iterator
         dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
     reader = dctx.stream_reader(view, read_across_frames=True)  # resets the context
     total = 0
+    piece = min(chunk_size, _FIRST_PIECE)
     try:
         while True:
-            out = reader.read(min(chunk_size, max_output - total + 1))
+            out = reader.read(min(piece, max_output - total + 1))
             if not out:
                 return
             total += len(out)
             if total > max_output:
                 raise _too_large("zstd", max_output)
             yield out
+            piece = min(chunk_size, piece * 2)
     except zstandard.ZstdError as e:
         raise ProtocolError(f"zstd: corrupt data ({e})") from None
     finally:
