@@ -202,6 +202,25 @@ def test_bad_nonce_in_client_final_fails():
         server.evaluate(final)
 
 
+def test_client_nonce_repeated_before_the_combined_one_is_accepted_as_kafka_does():
+    """librdkafka before 2.6 (kcat 1.7.1 ships 2.0.2) sends r=<client nonce><combined nonce>;
+    Kafka >= 3.8.1 checks only that the nonce ends with the server's."""
+    cred = make_credential(SCRAM_SHA_256, "pw")
+    server = server_for(SCRAM_SHA_256, {"u": cred})
+    bare = "n=u,r=cnonce"
+    server_first = server.evaluate(f"n,,{bare}".encode())
+    r = dict(p.split("=", 1) for p in server_first.decode().split(","))["r"]
+    final, expected = client_final(SCRAM_SHA_256, "pw", bare, server_first, nonce="cnonce" + r)
+    assert server.evaluate(final) == b"v=" + base64.b64encode(expected)
+    assert server.complete
+    other = server_for(SCRAM_SHA_256, {"u": cred})
+    server_first = other.evaluate(f"n,,{bare}".encode())
+    r = dict(p.split("=", 1) for p in server_first.decode().split(","))["r"]
+    final, _ = client_final(SCRAM_SHA_256, "pw", bare, server_first, nonce=r[:-1] + "cnonce")
+    with pytest.raises(ScramAuthenticationError, match="nonce"):
+        other.evaluate(final)
+
+
 def test_replayed_client_final_is_refused():
     cred = make_credential(SCRAM_SHA_256, "pw")
     bare = "n=u,r=samenonce"
