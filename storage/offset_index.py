@@ -9,8 +9,12 @@ entry. `lookup(offset)` returns the largest entry whose offset is <= the target;
 then scans batches forward from that position.
 
 Kafka preallocates index files to `segment.index.bytes` and trims them on close; we do not
-preallocate: the file always holds exactly `entries * 8` bytes, which is the same format as
-a closed Kafka index. Entries are written with pwrite as they are appended; the in-memory
+preallocate: the file holds `entries * 8` bytes, the same format as a closed Kafka index.
+Kafka writes entries into a memory map; we keep the newest ones in memory (DeferredEntries)
+and write them WRITE_EVERY at a time, and before anything reads, syncs, truncates or closes
+the file, so an append costs no system call for its index entry. An index is derived data:
+entries a crash takes are rebuilt by recovery (the active segment is recovered in full after
+an unclean shutdown; a segment's index is written and synced at its roll). The in-memory
 copy used for lookups is loaded lazily, so opening a log with many segments stays cheap.
 """
 
@@ -21,6 +25,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_right
+from collections.abc import Callable
 
 from storage.fs import FileHandle, RealFileSystem
 
@@ -28,12 +33,54 @@ ENTRY = struct.Struct(">ii")
 ENTRY_SIZE = ENTRY.size
 
 
+WRITE_EVERY = 32  # index entries kept in memory before one pwrite writes them
+
+
 class CorruptIndexError(Exception):
     pass
 
 
+class DeferredEntries:
+    """The newest entries of an index file, not written yet: ``file_entries`` are in the
+    file, ``pending`` (packed) follow them."""
+
+    __slots__ = ("entry_size", "file_entries", "pending")
+
+    def __init__(self, entry_size: int, file_entries: int) -> None:
+        self.entry_size = entry_size
+        self.file_entries = file_entries
+        self.pending = bytearray()
+
+    def add(self, packed: bytes, handle: Callable[[], FileHandle]) -> None:
+        self.pending += packed
+        if len(self.pending) >= WRITE_EVERY * self.entry_size:
+            self.write(handle())
+
+    def write(self, handle: FileHandle) -> None:
+        """Write the pending entries; on an OSError they stay pending."""
+        if self.pending:
+            handle.pwrite(bytes(self.pending), self.file_entries * self.entry_size)
+            self.file_entries += len(self.pending) // self.entry_size
+            self.pending.clear()
+
+    def packed(self, n: int) -> bytes | None:
+        """Entry n, if it is pending."""
+        i = (n - self.file_entries) * self.entry_size
+        return bytes(self.pending[i : i + self.entry_size]) if i >= 0 else None
+
+    def keep(self, keep: int) -> bool:
+        """Forget pending entries from ``keep`` on; True when the file must be cut as well
+        (``keep`` < ``file_entries``; then every pending entry is gone too)."""
+        if keep >= self.file_entries:
+            del self.pending[(keep - self.file_entries) * self.entry_size :]
+            return False
+        self.pending.clear()
+        return True
+
+
 class OffsetIndex:
     __slots__ = (
+        "_deferred",
         "_fs",
         "_handle",
         "_offsets",
@@ -60,6 +107,7 @@ class OffsetIndex:
         self.last_position = 0
         if size % ENTRY_SIZE:
             raise CorruptIndexError(f"{path}: size {size} is not a multiple of {ENTRY_SIZE}")
+        self._deferred = DeferredEntries(ENTRY_SIZE, self.entries)
         if self.entries:
             rel, pos = ENTRY.unpack(self._file().pread(ENTRY_SIZE, size - ENTRY_SIZE))
             self.last_offset = base_offset + rel
@@ -77,6 +125,7 @@ class OffsetIndex:
     def _load(self) -> None:
         if self._offsets is not None:
             return
+        self._deferred.write(self._file())
         data = self._file().pread(self.entries * ENTRY_SIZE, 0)
         flat = array("i")
         flat.frombytes(data[: len(data) - len(data) % ENTRY_SIZE])
@@ -96,9 +145,7 @@ class OffsetIndex:
                 f"segment [{self.base_offset}, size {log_size})"
             )
         if self.entries >= 2:
-            prev_rel, prev_pos = ENTRY.unpack(
-                self._file().pread(ENTRY_SIZE, (self.entries - 2) * ENTRY_SIZE)
-            )
+            prev_rel, prev_pos = self._entry_at(self.entries - 2)
             if self.base_offset + prev_rel >= self.last_offset or prev_pos >= self.last_position:
                 raise CorruptIndexError(f"{self.path}: last entries are not increasing")
 
@@ -119,7 +166,7 @@ class OffsetIndex:
                 f"({self.last_offset}, {self.last_position})"
             )
         rel = offset - self.base_offset
-        self._file().pwrite(ENTRY.pack(rel, position), self.entries * ENTRY_SIZE)
+        self._deferred.add(ENTRY.pack(rel, position), self._file)
         if self._offsets is not None:
             self._offsets.append(rel)
             self._positions.append(position)
@@ -167,27 +214,41 @@ class OffsetIndex:
         self.truncate_entries(0)
 
     def truncate_entries(self, keep: int) -> None:
-        """Keep only the first `keep` entries."""
-        if keep == self.entries and self._file().size() == keep * ENTRY_SIZE:
-            return
-        self._file().truncate(keep * ENTRY_SIZE)
+        """Keep only the first `keep` entries (pending ones are dropped in memory, so the
+        undo of a failed append needs no write)."""
+        deferred = self._deferred
+        if deferred.keep(keep) or self._file().size() != deferred.file_entries * ENTRY_SIZE:
+            deferred.file_entries = min(keep, deferred.file_entries)
+            self._file().truncate(deferred.file_entries * ENTRY_SIZE)
         if self._offsets is not None:
             del self._offsets[keep:]
             del self._positions[keep:]
         self.entries = keep
         if keep:
-            self._load()
-            self.last_offset = self.base_offset + self._offsets[-1]
-            self.last_position = self._positions[-1]
+            rel, self.last_position = self._entry_at(keep - 1)
+            self.last_offset = self.base_offset + rel
         else:
             self.last_offset = self.base_offset
             self.last_position = 0
 
+    def _entry_at(self, n: int) -> tuple[int, int]:
+        """Entry n as (relative offset, position), from memory or the file."""
+        if self._offsets is not None:
+            return self._offsets[n], self._positions[n]
+        packed = self._deferred.packed(n)
+        if packed is None:
+            packed = self._file().pread(ENTRY_SIZE, n * ENTRY_SIZE)
+        return ENTRY.unpack(packed)
+
     def flush(self) -> None:
+        if self._deferred.pending:
+            self._deferred.write(self._file())
         if self._handle is not None and not self._handle.closed:
             self._handle.fsync()
 
     def close(self) -> None:
+        if self._deferred.pending:
+            self._deferred.write(self._file())
         if self._handle is not None:
             self._handle.close()
             self._handle = None

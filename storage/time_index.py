@@ -9,7 +9,8 @@ entries, plus one final entry when the segment stops being active (roll or close
 last entry always carries the segment's largest timestamp once it is closed.
 `lookup(ts)` returns the largest entry with timestamp <= ts, or (-1, base offset).
 
-Not preallocated (see offset_index.py); the file holds exactly `entries * 12` bytes.
+Not preallocated, and the newest entries are written in groups (see offset_index.py); the
+file holds `entries * 12` bytes once they are.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import struct
 from bisect import bisect_right
 
 from storage.fs import FileHandle, RealFileSystem
-from storage.offset_index import CorruptIndexError
+from storage.offset_index import CorruptIndexError, DeferredEntries
 
 ENTRY = struct.Struct(">qi")
 ENTRY_SIZE = ENTRY.size
@@ -28,6 +29,7 @@ NO_TIMESTAMP = -1
 
 class TimeIndex:
     __slots__ = (
+        "_deferred",
         "_fs",
         "_handle",
         "_offsets",
@@ -54,6 +56,7 @@ class TimeIndex:
         self.last_offset = base_offset
         if size % ENTRY_SIZE:
             raise CorruptIndexError(f"{path}: size {size} is not a multiple of {ENTRY_SIZE}")
+        self._deferred = DeferredEntries(ENTRY_SIZE, self.entries)
         if self.entries:
             ts, rel = ENTRY.unpack(self._file().pread(ENTRY_SIZE, size - ENTRY_SIZE))
             self.last_timestamp = ts
@@ -71,6 +74,7 @@ class TimeIndex:
     def _load(self) -> None:
         if self._timestamps is not None:
             return
+        self._deferred.write(self._file())
         data = self._file().pread(self.entries * ENTRY_SIZE, 0)
         timestamps, offsets = [], []
         for ts, rel in ENTRY.iter_unpack(data[: len(data) - len(data) % ENTRY_SIZE]):
@@ -88,7 +92,8 @@ class TimeIndex:
                 f"{self.path}: last entry offset {self.last_offset} outside segment "
                 f"[{self.base_offset}, {next_offset})"
             )
-        first_ts, _ = ENTRY.unpack(self._file().pread(ENTRY_SIZE, 0))
+        first = self._deferred.packed(0) or self._file().pread(ENTRY_SIZE, 0)
+        first_ts, _ = ENTRY.unpack(first)
         if self.last_timestamp < first_ts:
             raise CorruptIndexError(f"{self.path}: last timestamp before the first")
 
@@ -110,9 +115,7 @@ class TimeIndex:
             return
         if self.entries and offset < self.last_offset:
             raise ValueError(f"time index offset {offset} before {self.last_offset}")
-        self._file().pwrite(
-            ENTRY.pack(timestamp, offset - self.base_offset), self.entries * ENTRY_SIZE
-        )
+        self._deferred.add(ENTRY.pack(timestamp, offset - self.base_offset), self._file)
         if self._timestamps is not None:
             self._timestamps.append(timestamp)
             self._offsets.append(offset)
@@ -138,16 +141,23 @@ class TimeIndex:
         self.truncate_entries(bisect_right(self._offsets, offset - 1))
 
     def truncate_entries(self, keep: int) -> None:
-        """Keep only the first `keep` entries."""
-        self._load()
-        if keep == self.entries and self._file().size() == keep * ENTRY_SIZE:
-            return
-        self._file().truncate(keep * ENTRY_SIZE)
-        del self._timestamps[keep:]
-        del self._offsets[keep:]
+        """Keep only the first `keep` entries (pending ones are dropped in memory)."""
+        deferred = self._deferred
+        if deferred.keep(keep) or self._file().size() != deferred.file_entries * ENTRY_SIZE:
+            deferred.file_entries = min(keep, deferred.file_entries)
+            self._file().truncate(deferred.file_entries * ENTRY_SIZE)
+        if self._timestamps is not None:
+            del self._timestamps[keep:]
+            del self._offsets[keep:]
         self.entries = keep
         if keep:
-            self.last_timestamp, self.last_offset = self._timestamps[-1], self._offsets[-1]
+            if self._timestamps is not None:
+                self.last_timestamp, self.last_offset = self._timestamps[-1], self._offsets[-1]
+            else:
+                packed = deferred.packed(keep - 1) or self._file().pread(
+                    ENTRY_SIZE, (keep - 1) * ENTRY_SIZE)
+                self.last_timestamp, rel = ENTRY.unpack(packed)
+                self.last_offset = self.base_offset + rel
         else:
             self.last_timestamp, self.last_offset = NO_TIMESTAMP, self.base_offset
 
@@ -155,10 +165,14 @@ class TimeIndex:
         self.truncate_to(self.base_offset)
 
     def flush(self) -> None:
+        if self._deferred.pending:
+            self._deferred.write(self._file())
         if self._handle is not None and not self._handle.closed:
             self._handle.fsync()
 
     def close(self) -> None:
+        if self._deferred.pending:
+            self._deferred.write(self._file())
         if self._handle is not None:
             self._handle.close()
             self._handle = None

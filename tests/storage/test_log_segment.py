@@ -12,6 +12,7 @@ from log_helpers import make_batch
 
 from protocol.records import BatchHeader, set_base_offset
 from storage.fs import FaultyFileSystem, RealFileSystem
+from storage.offset_index import WRITE_EVERY
 from storage.segment import (
     AppendedBatch,
     LogSegment,
@@ -246,12 +247,26 @@ def test_failed_append_leaves_segment_unchanged(tmp_path):
     assert segment.size == size and segment.offset_index.entries == entries
     assert (tmp_path / "00000000000000000000.log").read_bytes() == before
     fs.clear_faults()
-    fs.path_filter = ".index"  # the log write works, the index entry fails
+    fs.path_filter = ".index"  # the log writes work, writing the index entries fails
     fs.write_error = errno.EIO
-    with pytest.raises(OSError):
-        append_batches(segment, SPECS[3:4], 9)
+    # entries are written WRITE_EVERY at a time: the append whose entry completes a group
+    # fails, and is undone, while the entries before it stay pending
+    offset = 9
+    for _ in range(WRITE_EVERY):
+        before = (tmp_path / "00000000000000000000.log").read_bytes()
+        size, entries = segment.size, segment.offset_index.entries
+        try:
+            offset = append_batches(segment, SPECS[3:4], offset)[-1][1].next_offset
+        except OSError:
+            break
+    else:
+        pytest.fail("no append failed")
     assert (tmp_path / "00000000000000000000.log").read_bytes() == before
-    assert segment.offset_index.entries == entries
+    assert segment.size == size and segment.offset_index.entries == entries
     fs.clear_faults()
-    append_batches(segment, SPECS[3:4], 9)
-    assert segment.next_offset == 11
+    append_batches(segment, SPECS[3:4], offset)
+    assert segment.next_offset == offset + 2
+    segment.flush()  # every entry, the pending ones included, reaches the file
+    index = (tmp_path / "00000000000000000000.index").read_bytes()
+    assert len(index) == segment.offset_index.entries * 8
+    assert segment.offset_index.entry(segment.offset_index.entries - 1)[0] == offset + 1
