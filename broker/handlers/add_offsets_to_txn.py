@@ -9,6 +9,7 @@ v0-1: PRODUCER_FENCED is sent as INVALID_PRODUCER_EPOCH. v3: flexible.
 from __future__ import annotations
 
 from broker.handlers._txn import fenced_for_old_clients, txn_coordinator
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
 from protocol.messages.add_offsets_to_txn_response import AddOffsetsToTxnResponse
@@ -17,6 +18,10 @@ API_KEY = 25
 
 
 async def handle(ctx, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return error_response(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return error_response(req, Error.GROUP_AUTHORIZATION_FAILED)
     tc = txn_coordinator(ctx)
     if tc is None:
         return error_response(req, Error.COORDINATOR_NOT_AVAILABLE)

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 
+from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
 from broker.handlers._txn import fenced_for_old_clients, txn_coordinator
 from broker.handlers.metadata import INTERNAL_TOPICS
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.add_partitions_to_txn_request import (
     AddPartitionsToTxnRequest,
@@ -43,6 +45,8 @@ async def handle(ctx, req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnRespo
             producer_epoch=req.v3_and_below_producer_epoch,
             topics=req.v3_and_below_topics)]
     else:
+        if not cluster_allows(ctx, AclOperation.CLUSTER_ACTION):  # only brokers send v4+
+            return AddPartitionsToTxnResponse(error_code=Error.CLUSTER_AUTHORIZATION_FAILED)
         transactions = req.transactions
     results = await asyncio.gather(*(_one(ctx, t, version) for t in transactions))
     if version < 4:
@@ -53,6 +57,13 @@ async def handle(ctx, req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnRespo
 async def _one(ctx, txn: AddPartitionsToTxnTransaction, version: int) -> AddPartitionsToTxnResult:
     partitions = list(dict.fromkeys(TopicPartition(t.name, p)
                                     for t in txn.topics for p in t.partitions))
+    denied = NOTHING
+    if version < 4:  # from a producer: Write on its transactional id and on the topics
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                             txn.transactional_id):
+            return result_for(txn.transactional_id, dict.fromkeys(
+                partitions, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        denied = denied_topics(ctx, AclOperation.WRITE, (tp.topic for tp in partitions))
     tc = txn_coordinator(ctx)
     if tc is None:
         return result_for(txn.transactional_id, dict.fromkeys(
@@ -60,7 +71,7 @@ async def _one(ctx, txn: AddPartitionsToTxnTransaction, version: int) -> AddPart
     errors: dict[TopicPartition, Error] = {}
     for tp in partitions:
         info = ctx.log_manager.topics.get(tp.topic)
-        if version < 4 and tp.topic in INTERNAL_TOPICS:
+        if version < 4 and (tp.topic in INTERNAL_TOPICS or tp.topic in denied):
             errors[tp] = Error.TOPIC_AUTHORIZATION_FAILED
         elif info is None or not 0 <= tp.partition < info.num_partitions:
             errors[tp] = Error.UNKNOWN_TOPIC_OR_PARTITION

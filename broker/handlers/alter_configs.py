@@ -13,6 +13,7 @@ configs dynamically" (an empty list succeeds). Other resource types -> INVALID_R
 
 from __future__ import annotations
 
+from broker.handlers._authz import config_resource_error
 from broker.handlers._configs import (
     ResourceType,
     alter_each,
@@ -22,7 +23,8 @@ from broker.handlers._configs import (
     refuse_broker_changes,
     replace_topic_overrides,
 )
-from protocol.errors import Error
+from broker.security import AclOperation
+from protocol.errors import Error, KafkaError
 from protocol.messages.alter_configs_request import AlterConfigsRequest, AlterConfigsResource
 from protocol.messages.alter_configs_response import (
     AlterConfigsResourceResponse,
@@ -33,6 +35,10 @@ API_KEY = 33
 
 
 def _alter(ctx, resource: AlterConfigsResource, validate_only: bool) -> None:
+    denied = config_resource_error(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type,
+                                   resource.resource_name)
+    if denied:
+        raise KafkaError(denied)
     check_alter_entries([c.name for c in resource.configs],
                         [c.name for c in resource.configs if c.value is None])
     kind = check_resource_type(resource.resource_type)

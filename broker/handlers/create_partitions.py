@@ -12,8 +12,10 @@ grow them, which remaps every group and transactional id to another partition.
 
 from __future__ import annotations
 
+from broker.handlers._authz import denied_topics
 from broker.handlers.create_topics import MAX_RECORDS_PER_REQUEST, check_manual_assignment
 from broker.handlers.metadata import INTERNAL_TOPICS
+from broker.security import AclOperation
 from protocol.errors import Error, KafkaError
 from protocol.messages.create_partitions_request import (
     CreatePartitionsRequest,
@@ -58,12 +60,17 @@ async def handle(ctx, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
     counts: dict[str, int] = {}
     for topic in req.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
+    denied = denied_topics(ctx, AclOperation.ALTER, counts)
     results: list[CreatePartitionsTopicResult] = []
     planned: list[tuple[int, CreatePartitionsTopic, int]] = []
     for topic in req.topics:
         if counts[topic.name] > 1:
             results.append(CreatePartitionsTopicResult(topic.name, Error.INVALID_REQUEST,
                                                        "Duplicate topic name."))
+            continue
+        if topic.name in denied:
+            results.append(CreatePartitionsTopicResult(
+                topic.name, Error.TOPIC_AUTHORIZATION_FAILED, None))
             continue
         try:
             additional = _check(ctx, topic)

@@ -17,7 +17,9 @@ their sources. v7: topic id.
 
 from __future__ import annotations
 
+from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
 from broker.handlers._configs import topic_config_entries
+from broker.security import AclOperation
 from protocol.errors import Error, KafkaError
 from protocol.messages.create_topics_request import CreatableTopic, CreateTopicsRequest
 from protocol.messages.create_topics_response import (
@@ -98,11 +100,24 @@ def _configs(topic: CreatableTopic) -> dict[str, str]:
     return {c.name: c.value for c in topic.configs}
 
 
-def _success(ctx, name: str, topic_id, partitions: int,
-             overrides: dict[str, str]) -> CreatableTopicResult:
+def _denied(ctx, names) -> tuple[frozenset[str], frozenset[str]]:
+    """(names the principal may not create, names whose configs it may not see): Create on
+    the cluster or on the topic; DescribeConfigs on the topic (Kafka's controller)."""
+    if ctx.broker.authorizer is None:
+        return NOTHING, NOTHING
+    not_creatable = NOTHING if cluster_allows(ctx, AclOperation.CREATE) else denied_topics(
+        ctx, AclOperation.CREATE, names)
+    return not_creatable, denied_topics(ctx, AclOperation.DESCRIBE_CONFIGS, names)
+
+
+def _success(ctx, name: str, topic_id, partitions: int, overrides: dict[str, str],
+             describable: bool = True) -> CreatableTopicResult:
     result = CreatableTopicResult(name=name, topic_id=topic_id, error_code=Error.NONE,
                                   error_message=None)
-    if ctx.api_version >= 5:
+    if ctx.api_version >= 5 and not describable:
+        # created, but its configuration is not shown (partitions, replication factor -1)
+        result.topic_config_error_code = Error.TOPIC_AUTHORIZATION_FAILED
+    elif ctx.api_version >= 5:
         result.num_partitions = partitions
         result.replication_factor = 1
         result.configs = [
@@ -119,11 +134,16 @@ async def handle(ctx, req: CreateTopicsRequest) -> CreateTopicsResponse:
     for topic in req.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
 
+    not_creatable, hidden = _denied(ctx, counts)
     results: dict[int, CreatableTopicResult] = {}
     planned: list[tuple[int, CreatableTopic, int, dict[str, str]]] = []
     for i, topic in enumerate(req.topics):
         if counts[topic.name] > 1:
             results[i] = _error(topic.name, Error.INVALID_REQUEST, "Duplicate topic name.")
+            continue
+        if topic.name in not_creatable:
+            results[i] = _error(topic.name, Error.TOPIC_AUTHORIZATION_FAILED,
+                                "Authorization failed.")
             continue
         try:
             logs.validate_new_topic(topic.name, 1, {})  # name, existence, collision first
@@ -143,14 +163,16 @@ async def handle(ctx, req: CreateTopicsRequest) -> CreateTopicsResponse:
 
     for i, topic, partitions, overrides in planned:
         if req.validate_only:
-            results[i] = _success(ctx, topic.name, ZERO_UUID, partitions, overrides)
+            results[i] = _success(ctx, topic.name, ZERO_UUID, partitions, overrides,
+                                  topic.name not in hidden)
             continue
         try:
             info = logs.create_topic(topic.name, partitions, overrides)
         except KafkaError as e:
             results[i] = _error(topic.name, e.code, e.message)
             continue
-        results[i] = _success(ctx, info.name, info.topic_id, info.num_partitions, overrides)
+        results[i] = _success(ctx, info.name, info.topic_id, info.num_partitions, overrides,
+                              info.name not in hidden)
     return CreateTopicsResponse(topics=[results[i] for i in range(len(req.topics))])
 
 

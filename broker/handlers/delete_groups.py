@@ -8,6 +8,7 @@ with members. Repeated names are answered once. v2: flexible.
 from __future__ import annotations
 
 from broker.handlers._groups import coordinator
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.delete_groups_request import DeleteGroupsRequest
 from protocol.messages.delete_groups_response import DeletableGroupResult, DeleteGroupsResponse
@@ -20,7 +21,10 @@ async def handle(ctx, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
     results = []
     deletable = []
     for group_id in dict.fromkeys(req.groups_names):
-        error = gc.check_available(group_id)
+        if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, group_id):
+            error = Error.GROUP_AUTHORIZATION_FAILED
+        else:
+            error = gc.check_available(group_id)
         if error:
             results.append(DeletableGroupResult(group_id, error))
         else:

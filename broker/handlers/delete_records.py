@@ -13,8 +13,10 @@ v2: flexible.
 
 from __future__ import annotations
 
+from broker.handlers._authz import denied_topics
 from broker.handlers._partitions import partition_log
 from broker.handlers.metadata import INTERNAL_TOPICS
+from broker.security import AclOperation
 from protocol.errors import Error, KafkaError
 from protocol.messages.delete_records_request import DeleteRecordsRequest
 from protocol.messages.delete_records_response import (
@@ -29,10 +31,16 @@ HIGH_WATERMARK = -1
 
 async def handle(ctx, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
     logs = ctx.log_manager
+    denied = denied_topics(ctx, AclOperation.DELETE, (t.name for t in req.topics))
     topics = []
     for topic in req.topics:
         partitions = []
         topics.append(DeleteRecordsTopicResult(name=topic.name, partitions=partitions))
+        if topic.name in denied:
+            partitions.extend(DeleteRecordsPartitionResult(
+                partition_index=p.partition_index, low_watermark=-1,
+                error_code=Error.TOPIC_AUTHORIZATION_FAILED) for p in topic.partitions)
+            continue
         for p in topic.partitions:
             try:
                 low_watermark = _delete(logs, topic.name, p.partition_index, p.offset)

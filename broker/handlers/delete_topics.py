@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import uuid
 
+from broker.handlers._authz import cluster_allows
 from broker.handlers.metadata import INTERNAL_TOPICS
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error, KafkaError
 from protocol.messages.delete_topics_request import DeleteTopicsRequest
 from protocol.messages.delete_topics_response import DeletableTopicResult, DeleteTopicsResponse
 from protocol.primitives import ZERO_UUID
 
 API_KEY = 20
+AUTH_FAILED = "Authorization failed."
 
 
 def _requested(req: DeleteTopicsRequest) -> list[tuple[str | None, uuid.UUID]]:
@@ -57,10 +60,11 @@ async def handle(ctx, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
                  if n == 1 and (info := logs.topics.get(name)) is not None}
     both_ways = named_ids & id_count.keys()
 
+    may = _permissions(ctx)
     results: list[DeletableTopicResult] = []
     targets: dict[uuid.UUID, int] = {}  # topic id -> index of its result
     for name, topic_id in requested:
-        result = _check(logs, name, topic_id, name_count, id_count, both_ways)
+        result = _check(logs, name, topic_id, name_count, id_count, both_ways, may)
         if result.error_code == Error.NONE:
             targets[result.topic_id] = len(results)
         results.append(result)
@@ -78,9 +82,20 @@ async def handle(ctx, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
     return DeleteTopicsResponse(responses=results)
 
 
+def _permissions(ctx):
+    """``may(operation, topic)``: Delete on the cluster allows everything, else Describe
+    and Delete on each topic (Kafka's controller)."""
+    if ctx.broker.authorizer is None or cluster_allows(ctx, AclOperation.DELETE):
+        return lambda _operation, _name: True
+    return lambda operation, name: ctx.authorize(operation, ResourceType.TOPIC, name)
+
+
 def _check(logs, name: str | None, topic_id: uuid.UUID, name_count: dict[str, int],
-           id_count: dict[uuid.UUID, int], both_ways: set[uuid.UUID]) -> DeletableTopicResult:
-    """The entry's result: an error, or NONE with the topic's name and id (to delete)."""
+           id_count: dict[uuid.UUID, int], both_ways: set[uuid.UUID],
+           may) -> DeletableTopicResult:
+    """The entry's result: an error, or NONE with the topic's name and id (to delete).
+    Unauthorized: TOPIC_AUTHORIZATION_FAILED, telling nothing the principal may not
+    describe (not whether a name exists, nor the name of an id)."""
     if name is None and topic_id == ZERO_UUID:
         return _result(None, ZERO_UUID, Error.INVALID_REQUEST,
                        "Neither topic name nor id were specified.")
@@ -94,13 +109,20 @@ def _check(logs, name: str | None, topic_id: uuid.UUID, name_count: dict[str, in
         if info is None:
             return _result(None, topic_id, Error.UNKNOWN_TOPIC_ID,
                            "This server does not host this topic ID.")
+        if not may(AclOperation.DELETE, info.name):
+            shown = info.name if may(AclOperation.DESCRIBE, info.name) else None
+            return _result(shown, topic_id, Error.TOPIC_AUTHORIZATION_FAILED, AUTH_FAILED)
     else:
         if name_count[name] > 1:
             return _result(name, ZERO_UUID, Error.INVALID_REQUEST, "Duplicate topic name.")
+        if not may(AclOperation.DESCRIBE, name):
+            return _result(name, ZERO_UUID, Error.TOPIC_AUTHORIZATION_FAILED, AUTH_FAILED)
         info = logs.topics.get(name)
         if info is None:
             return _result(name, ZERO_UUID, Error.UNKNOWN_TOPIC_OR_PARTITION,
                            "This server does not host this topic-partition.")
+        if not may(AclOperation.DELETE, name):
+            return _result(name, ZERO_UUID, Error.TOPIC_AUTHORIZATION_FAILED, AUTH_FAILED)
         if info.topic_id in both_ways:
             return _result(name, info.topic_id, Error.INVALID_REQUEST,
                            "The provided topic name maps to an ID that was already supplied.")

@@ -10,6 +10,8 @@ unknown type answers UNSUPPORTED_ENDPOINT_TYPE and CONTROLLER (2) MISMATCHED_END
 
 from __future__ import annotations
 
+from broker.handlers._authz import authorized_operations, cluster_allows
+from broker.security import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
 from protocol.messages.describe_cluster_response import (
@@ -52,9 +54,17 @@ async def handle(ctx, req: DescribeClusterRequest) -> DescribeClusterResponse:
         controller_id=broker.node_id,
         brokers=[DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
                                        rack=None)],
-        cluster_authorized_operations=(cluster_authorized_operations()
+        cluster_authorized_operations=(_authorized_operations(ctx)
                                        if req.include_cluster_authorized_operations
                                        else AUTHORIZED_OPERATIONS_OMITTED))
+
+
+def _authorized_operations(ctx) -> int:
+    """Kafka: the cluster's bit field for a principal with Describe on it, else 0."""
+    if not cluster_allows(ctx, AclOperation.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME,
+                                 cluster_authorized_operations())
 
 
 def error_response(req: DescribeClusterRequest, code: Error) -> DescribeClusterResponse:

@@ -14,6 +14,7 @@ documentation. v4: flexible.
 
 from __future__ import annotations
 
+from broker.handlers._authz import config_resource_error
 from broker.handlers._configs import (
     ConfigEntry,
     ResourceType,
@@ -22,6 +23,7 @@ from broker.handlers._configs import (
     resource_type_name,
     topic_config_entries,
 )
+from broker.security import AclOperation
 from protocol.errors import Error, KafkaError
 from protocol.messages.describe_configs_request import (
     DescribeConfigsRequest,
@@ -74,6 +76,12 @@ async def handle(ctx, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
         result = DescribeConfigsResult(error_code=Error.NONE, error_message=None,
                                        resource_type=resource.resource_type,
                                        resource_name=resource.resource_name)
+        denied = config_resource_error(ctx, AclOperation.DESCRIBE_CONFIGS,
+                                       resource.resource_type, resource.resource_name)
+        if denied:
+            result.error_code = denied
+            results.append(result)
+            continue
         try:
             entries = _entries(ctx, resource)
         except KafkaError as e:

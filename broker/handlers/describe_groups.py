@@ -8,7 +8,9 @@ with no error (versions before 6 do so in Kafka). v3+: authorized_operations whe
 
 from __future__ import annotations
 
+from broker.handlers._authz import authorized_operations
 from broker.handlers._groups import coordinator
+from broker.security import AclOperation, ResourceType
 from coordinator.group.group_manager import GROUP_AUTHORIZED_OPERATIONS
 from protocol.errors import Error
 from protocol.messages.describe_groups_request import DescribeGroupsRequest
@@ -22,13 +24,17 @@ async def handle(ctx, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
     include_operations = ctx.api_version >= 3 and req.include_authorized_operations
     groups = []
     for group_id in req.groups:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            groups.append(_group_error(group_id, Error.GROUP_AUTHORIZATION_FAILED))
+            continue
         error = gc.check_available(group_id)
         if error:
             groups.append(_group_error(group_id, error))
             continue
         described = gc.describe_group(group_id)
         if include_operations:
-            described.authorized_operations = GROUP_AUTHORIZED_OPERATIONS
+            described.authorized_operations = authorized_operations(
+                ctx, ResourceType.GROUP, group_id, GROUP_AUTHORIZED_OPERATIONS)
         groups.append(described)
     return DescribeGroupsResponse(groups=groups)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import shutil
 
+from broker.handlers._authz import cluster_allows
+from broker.security import AclOperation
 from protocol.errors import Error
 from protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
 from protocol.messages.describe_log_dirs_response import (
@@ -32,6 +34,8 @@ def _wanted(req: DescribeLogDirsRequest) -> set[tuple[str, int]] | None:
 
 
 async def handle(ctx, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not cluster_allows(ctx, AclOperation.DESCRIBE):
+        return DescribeLogDirsResponse(error_code=Error.CLUSTER_AUTHORIZATION_FAILED, results=[])
     logs = ctx.log_manager
     log_dir = os.path.abspath(logs.data_dir)
     wanted = _wanted(req)

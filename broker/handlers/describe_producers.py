@@ -9,6 +9,8 @@ transaction. A partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION.
 
 from __future__ import annotations
 
+from broker.handlers._authz import denied_topics
+from broker.security import AclOperation
 from protocol.errors import Error
 from protocol.messages.describe_producers_request import DescribeProducersRequest
 from protocol.messages.describe_producers_response import (
@@ -23,10 +25,16 @@ API_KEY = 61
 
 async def handle(ctx, req: DescribeProducersRequest) -> DescribeProducersResponse:
     logs = ctx.log_manager
+    denied = denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics))
     topics = []
     for topic in req.topics:
         partitions = []
         topics.append(TopicResponse(name=topic.name, partitions=partitions))
+        if topic.name in denied:
+            partitions.extend(PartitionResponse(
+                partition_index=index, error_code=Error.TOPIC_AUTHORIZATION_FAILED)
+                for index in topic.partition_indexes)
+            continue
         for index in topic.partition_indexes:
             plog = logs.get_partition(topic.name, index)
             if plog is None:

@@ -8,7 +8,9 @@ COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE.
 
 from __future__ import annotations
 
+from broker.handlers._authz import denied_topics
 from broker.handlers._txn import txn_coordinator
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.describe_transactions_request import DescribeTransactionsRequest
 from protocol.messages.describe_transactions_response import (
@@ -26,14 +28,21 @@ async def handle(ctx, req: DescribeTransactionsRequest) -> DescribeTransactionsR
         return error_response(req, Error.COORDINATOR_NOT_AVAILABLE)
     states = []
     for transactional_id in req.transactional_ids:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                             transactional_id):
+            states.append(TransactionState(
+                error_code=Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                transactional_id=transactional_id))
+            continue
         d = tc.describe(transactional_id)
+        hidden = denied_topics(ctx, AclOperation.DESCRIBE, d.partitions)
         states.append(TransactionState(
             error_code=d.error, transactional_id=transactional_id, transaction_state=d.state,
             transaction_timeout_ms=d.transaction_timeout_ms,
             transaction_start_time_ms=d.transaction_start_time_ms,
             producer_id=d.producer_id, producer_epoch=d.producer_epoch,
             topics=[TopicData(topic=topic, partitions=partitions)
-                    for topic, partitions in d.partitions.items()]))
+                    for topic, partitions in d.partitions.items() if topic not in hidden]))
     return DescribeTransactionsResponse(transaction_states=states)
 
 

@@ -10,6 +10,7 @@ bumped per transaction and the response carries the producer id and epoch to con
 from __future__ import annotations
 
 from broker.handlers._txn import fenced_for_old_clients, txn_coordinator
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.end_txn_request import EndTxnRequest
 from protocol.messages.end_txn_response import EndTxnResponse
@@ -18,6 +19,8 @@ API_KEY = 26
 
 
 async def handle(ctx, req: EndTxnRequest) -> EndTxnResponse:
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return error_response(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     tc = txn_coordinator(ctx)
     if tc is None:
         return error_response(req, Error.COORDINATOR_NOT_AVAILABLE)

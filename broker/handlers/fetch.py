@@ -27,6 +27,9 @@ errors carry -1 there, as Kafka's do.
   session: FETCH_SESSION_ID_NOT_FOUND; wrong epoch (also a session whose epoch moved while
   this fetch waited): INVALID_FETCH_SESSION_EPOCH; topic ids used or not unlike the
   session's: FETCH_SESSION_TOPIC_ID_ERROR.
+- Authorization (authorizer on): consumers need Read on each topic, follower fetches
+  (replica id >= 0) ClusterAction on the cluster; otherwise TOPIC_AUTHORIZATION_FAILED,
+  checked after UNKNOWN_TOPIC_ID and before the topic's existence, as KafkaApis does.
 - Errors per partition: UNKNOWN_TOPIC_OR_PARTITION (also a topic deleted while the fetch
   waited); UNKNOWN_TOPIC_ID (v13+, topics by id); OFFSET_OUT_OF_RANGE outside
   [log_start_offset, log_end_offset]; FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a
@@ -52,7 +55,9 @@ from broker.fetch_session import (
     next_epoch,
     sessions_of,
 )
+from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
 from broker.handlers._partitions import check_leader_epoch
+from broker.security import AclOperation
 from protocol.errors import Error, KafkaError
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import (
@@ -65,6 +70,7 @@ from protocol.messages.fetch_response import (
 API_KEY = 1
 READ_COMMITTED = 1
 TOPIC_IDS_VERSION = 13
+ALL = object()  # a follower fetch without ClusterAction: every partition is denied
 
 
 class _Read:
@@ -116,7 +122,7 @@ async def handle(ctx, req: FetchRequest) -> FetchResponse:
                      for key, cp in session.partitions.items()]
     expected_epoch = session.epoch if session is not None else None
 
-    _resolve(ctx.log_manager, reads, req)
+    _resolve(ctx, reads, req)
     await _read_until_ready(ctx, reads, req)
 
     if session is not None:  # incremental
@@ -158,8 +164,11 @@ def _cached(read: _Read, *, sent: bool = True) -> CachedPartition:
     return cached
 
 
-def _resolve(log_manager, reads: list[_Read], req: FetchRequest) -> None:
-    """Find each partition's log; the ones that do not exist get their error now."""
+def _resolve(ctx, reads: list[_Read], req: FetchRequest) -> None:
+    """Find each partition's log; the ones that do not exist or may not be read get their
+    error now (Kafka's order: UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED, then
+    UNKNOWN_TOPIC_OR_PARTITION)."""
+    log_manager = ctx.log_manager
     follower = req.replica_id >= 0 or req.replica_state.replica_id >= 0
     for read in reads:
         if read.topic is None:  # by id
@@ -168,6 +177,20 @@ def _resolve(log_manager, reads: list[_Read], req: FetchRequest) -> None:
                 _fail(read.response, Error.UNKNOWN_TOPIC_ID)
                 continue
             read.topic = info.name
+    if ctx.broker.authorizer is not None:
+        if follower:
+            denied = NOTHING if cluster_allows(ctx, AclOperation.CLUSTER_ACTION) else ALL
+        else:
+            denied = denied_topics(ctx, AclOperation.READ,
+                                   (r.topic for r in reads if r.topic is not None))
+    else:
+        denied = NOTHING
+    for read in reads:
+        if read.topic is None:
+            continue
+        if denied is ALL or (denied and read.topic in denied):
+            _fail(read.response, Error.TOPIC_AUTHORIZATION_FAILED)
+            continue
         plog = log_manager.get_partition(read.topic, read.response.partition_index)
         if plog is None:
             _fail(read.response, Error.UNKNOWN_TOPIC_OR_PARTITION)

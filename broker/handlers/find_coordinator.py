@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from broker.handlers._groups import coordinator
 from broker.handlers._txn import txn_coordinator
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
@@ -21,7 +22,12 @@ API_KEY = 10
 GROUP, TRANSACTION = 0, 1
 
 
-def _lookup(ctx, key_type: int) -> Error:
+def _lookup(ctx, key_type: int, key: str) -> Error:
+    if key_type == GROUP and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return Error.GROUP_AUTHORIZATION_FAILED
+    if key_type == TRANSACTION and not ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     if key_type == GROUP:
         gc = coordinator(ctx)
         if not gc.active:
@@ -41,12 +47,12 @@ async def handle(ctx, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
     if ctx.api_version >= 4:
         coordinators = []
         for key in req.coordinator_keys:
-            error = _lookup(ctx, req.key_type)
+            error = _lookup(ctx, req.key_type, key)
             node_id, host, port = node if error == Error.NONE else (-1, "", -1)
             coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port,
                                             error_code=error))
         return FindCoordinatorResponse(coordinators=coordinators)
-    error = _lookup(ctx, req.key_type)
+    error = _lookup(ctx, req.key_type, req.key)
     if error:
         return error_response(req, error)
     node_id, host, port = node

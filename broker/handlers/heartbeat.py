@@ -9,6 +9,7 @@ v3+: group_instance_id.
 from __future__ import annotations
 
 from broker.handlers._groups import coordinator, request_info
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.heartbeat_request import HeartbeatRequest
 from protocol.messages.heartbeat_response import HeartbeatResponse
@@ -17,6 +18,8 @@ API_KEY = 12
 
 
 async def handle(ctx, req: HeartbeatRequest) -> HeartbeatResponse:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return HeartbeatResponse(error_code=Error.GROUP_AUTHORIZATION_FAILED)
     gc = coordinator(ctx)
     error = gc.check_available(req.group_id)
     if error == Error.COORDINATOR_LOAD_IN_PROGRESS:

@@ -14,6 +14,7 @@ answers for a static config); BROKER_LOGGER and other types -> INVALID_REQUEST.
 
 from __future__ import annotations
 
+from broker.handlers._authz import config_resource_error
 from broker.handlers._configs import (
     AlterOp,
     ResourceType,
@@ -25,6 +26,7 @@ from broker.handlers._configs import (
     refuse_broker_changes,
     replace_topic_overrides,
 )
+from broker.security import AclOperation
 from protocol.errors import Error, KafkaError
 from protocol.messages.incremental_alter_configs_request import (
     AlterConfigsResource,
@@ -40,6 +42,10 @@ _OPS = frozenset(op.value for op in AlterOp)
 
 
 def _alter(ctx, resource: AlterConfigsResource, validate_only: bool) -> None:
+    denied = config_resource_error(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type,
+                                   resource.resource_name)
+    if denied:
+        raise KafkaError(denied)
     configs = resource.configs
     check_alter_entries([c.name for c in configs],
                         [c.name for c in configs

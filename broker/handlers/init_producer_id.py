@@ -19,7 +19,9 @@ off); ongoing_txn_producer_id/epoch stay -1.
 
 from __future__ import annotations
 
+from broker.handlers._authz import cluster_allows
 from broker.handlers._txn import fenced_for_old_clients
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error, KafkaError
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.init_producer_id_response import InitProducerIdResponse
@@ -30,6 +32,9 @@ NO_PRODUCER_EPOCH = -1
 
 
 async def handle(ctx, req: InitProducerIdRequest) -> InitProducerIdResponse:
+    error = _authorize(ctx, req.transactional_id)
+    if error:
+        return error_response(req, error)
     producer_id, producer_epoch = req.producer_id, req.producer_epoch
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
         return error_response(req, Error.INVALID_REQUEST)
@@ -51,6 +56,19 @@ async def handle(ctx, req: InitProducerIdRequest) -> InitProducerIdResponse:
     return InitProducerIdResponse(
         error_code=fenced_for_old_clients(result.error, ctx.api_version, 4),
         producer_id=result.producer_id, producer_epoch=result.producer_epoch)
+
+
+def _authorize(ctx, transactional_id: str | None) -> Error:
+    """Kafka: Write on the transactional id; an idempotent producer needs IdempotentWrite on
+    the cluster or Write on some topic."""
+    if transactional_id is not None:
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                             transactional_id):
+            return Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not (cluster_allows(ctx, AclOperation.IDEMPOTENT_WRITE)
+              or ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)):
+        return Error.CLUSTER_AUTHORIZATION_FAILED
+    return Error.NONE
 
 
 def error_response(req: InitProducerIdRequest, code: Error) -> InitProducerIdResponse:

@@ -12,6 +12,7 @@ v9: skip_assignment for a static leader rejoining a stable group.
 from __future__ import annotations
 
 from broker.handlers._groups import coordinator, request_info
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.join_group_request import JoinGroupRequest
 from protocol.messages.join_group_response import JoinGroupResponse
@@ -20,6 +21,8 @@ API_KEY = 11
 
 
 async def handle(ctx, req: JoinGroupRequest) -> JoinGroupResponse:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return error_response(req, Error.GROUP_AUTHORIZATION_FAILED)
     gc = coordinator(ctx)
     error = gc.check_available(req.group_id)
     if error:

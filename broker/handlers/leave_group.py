@@ -8,6 +8,7 @@ for an administrative removal of a static member) with an error each. v5: reason
 from __future__ import annotations
 
 from broker.handlers._groups import coordinator, request_info
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.leave_group_request import LeaveGroupRequest, MemberIdentity
 from protocol.messages.leave_group_response import LeaveGroupResponse
@@ -20,7 +21,8 @@ async def handle(ctx, req: LeaveGroupRequest) -> LeaveGroupResponse:
     if version <= 2:
         req.members = [MemberIdentity(member_id=req.member_id)]
     gc = coordinator(ctx)
-    error = gc.check_available(req.group_id)
+    error = Error.GROUP_AUTHORIZATION_FAILED if not ctx.authorize(
+        AclOperation.READ, ResourceType.GROUP, req.group_id) else gc.check_available(req.group_id)
     response = LeaveGroupResponse(error_code=error) if error \
         else gc.leave_group(request_info(ctx), req)
     if version <= 2:

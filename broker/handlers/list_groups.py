@@ -7,7 +7,9 @@ filter. COORDINATOR_LOAD_IN_PROGRESS while ``__consumer_offsets`` is still being
 
 from __future__ import annotations
 
+from broker.handlers._authz import cluster_allows, denied
 from broker.handlers._groups import coordinator
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.list_groups_request import ListGroupsRequest
 from protocol.messages.list_groups_response import ListGroupsResponse
@@ -21,7 +23,12 @@ async def handle(ctx, req: ListGroupsRequest) -> ListGroupsResponse:
         return ListGroupsResponse(error_code=Error.COORDINATOR_NOT_AVAILABLE)
     if gc.loading:
         return ListGroupsResponse(error_code=Error.COORDINATOR_LOAD_IN_PROGRESS)
-    return ListGroupsResponse(groups=gc.list_groups(req.states_filter, req.types_filter))
+    groups = gc.list_groups(req.states_filter, req.types_filter)
+    if not cluster_allows(ctx, AclOperation.DESCRIBE):  # else only describable groups
+        hidden = denied(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
+                        (g.group_id for g in groups))
+        groups = [g for g in groups if g.group_id not in hidden]
+    return ListGroupsResponse(groups=groups)
 
 
 def error_response(req: ListGroupsRequest, code: Error) -> ListGroupsResponse:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from broker.handlers._authz import denied_topics
 from broker.handlers._partitions import partition_log
+from broker.security import AclOperation
 from protocol.errors import Error, KafkaError
 from protocol.messages.list_offsets_request import ListOffsetsPartition, ListOffsetsRequest
 from protocol.messages.list_offsets_response import (
@@ -46,10 +48,15 @@ async def handle(ctx, req: ListOffsetsRequest) -> ListOffsetsResponse:
     version = ctx.api_version
     logs = ctx.log_manager
     seen = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
+    denied = denied_topics(ctx, AclOperation.DESCRIBE, (t.name for t in req.topics))
     topics = []
     for topic in req.topics:
         partitions = []
         topics.append(ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+        if topic.name in denied:
+            partitions.extend(_error(p, Error.TOPIC_AUTHORIZATION_FAILED)
+                              for p in topic.partitions)
+            continue
         for p in topic.partitions:
             if seen[(topic.name, p.partition_index)] > 1:
                 partitions.append(_error(p, Error.INVALID_REQUEST))

@@ -9,7 +9,9 @@ it does not compile). COORDINATOR_LOAD_IN_PROGRESS while ``__transaction_state``
 
 from __future__ import annotations
 
+from broker.handlers._authz import denied
 from broker.handlers._txn import txn_coordinator
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.list_transactions_request import ListTransactionsRequest
 from protocol.messages.list_transactions_response import (
@@ -28,11 +30,13 @@ async def handle(ctx, req: ListTransactionsRequest) -> ListTransactionsResponse:
         req.state_filters, req.producer_id_filters,
         req.duration_filter if ctx.api_version >= 1 else -1,
         req.transactional_id_pattern if ctx.api_version >= 2 else None)
+    hidden = denied(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                    (tid for tid, _, _ in listing.transactions))
     return ListTransactionsResponse(
         error_code=listing.error, unknown_state_filters=listing.unknown_state_filters,
         transaction_states=[TransactionState(transactional_id=tid, producer_id=pid,
                                              transaction_state=state)
-                            for tid, pid, state in listing.transactions])
+                            for tid, pid, state in listing.transactions if tid not in hidden])
 
 
 def error_response(req: ListTransactionsRequest, code: Error) -> ListTransactionsResponse:

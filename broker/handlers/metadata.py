@@ -4,6 +4,11 @@ One broker (this node) leads every partition with leader epoch 0; replicas and I
 ``[node_id]``. ``topics`` null = all topics; topics may be named (and, v10+, given by id).
 Unknown topics are auto-created when ``auto.create.topics.enable`` and (v4+) the request's
 ``allow_auto_topic_creation`` allow it; internal topics are never auto-created here.
+Authorization (authorizer on, as KafkaApis): an all-topics request leaves out topics
+without Describe; a named one answers TOPIC_AUTHORIZATION_FAILED for them (zero topic id,
+existence not told; by id: the id, no name); auto-creation needs Create on the cluster or
+the topic, else TOPIC_AUTHORIZATION_FAILED. v8+: authorized-operation bit fields on request
+(v8-10 the cluster's: 0 without Describe on it).
 v10-11 carry a topic id field but, as in Kafka, topics can only be asked for by name there:
 a null name or a topic id answers INVALID_REQUEST for every topic (names "" where null,
 since a v10-11 response cannot carry a null name). v12+: an unknown id is UNKNOWN_TOPIC_ID.
@@ -11,6 +16,13 @@ since a v10-11 response cannot carry a null name). v12+: an unknown id is UNKNOW
 
 from __future__ import annotations
 
+from broker.handlers._authz import (
+    NOTHING,
+    authorized_operations,
+    cluster_allows,
+    denied_topics,
+)
+from broker.security import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.errors import Error, KafkaError
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import (
@@ -22,6 +34,7 @@ from protocol.messages.metadata_response import (
 from protocol.primitives import ZERO_UUID
 
 API_KEY = 3
+AUTHORIZED_OPERATIONS_VERSION = 8
 TOPIC_IDS_VERSION = 12  # topics asked for by id
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -45,8 +58,11 @@ async def handle(ctx, req: MetadataRequest) -> MetadataResponse:
     logs = broker.log_manager
     node_id = broker.node_id
     topics: list[MetadataResponseTopic] = []
+    secured = broker.authorizer is not None
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
-        topics = [topic_entry(info, node_id) for info in logs.topics.values()]
+        hidden = denied_topics(ctx, AclOperation.DESCRIBE, logs.topics) if secured else NOTHING
+        topics = [topic_entry(info, node_id) for info in logs.topics.values()
+                  if info.name not in hidden]
     else:
         if ctx.api_version < TOPIC_IDS_VERSION:
             _check_named(req, ctx.api_version)
@@ -57,14 +73,26 @@ async def handle(ctx, req: MetadataRequest) -> MetadataResponse:
                 info = logs.topic_by_id(requested.topic_id)
                 if info is None:
                     topics.append(_error_topic(None, requested.topic_id, Error.UNKNOWN_TOPIC_ID))
+                elif not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name):
+                    # topic ids are not secret: the id is echoed, the name is not
+                    topics.append(_error_topic(None, requested.topic_id,
+                                               Error.TOPIC_AUTHORIZATION_FAILED))
                 else:
                     topics.append(topic_entry(info, node_id))
+                continue
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, requested.name):
+                # whether it exists is not told
+                topics.append(_error_topic(requested.name, None, Error.TOPIC_AUTHORIZATION_FAILED))
                 continue
             info = logs.topics.get(requested.name)
             if info is None:
                 if not allow_create or requested.name in INTERNAL_TOPICS:
                     topics.append(_error_topic(requested.name, None,
                                                Error.UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+                if secured and not _may_create(ctx, requested.name):
+                    topics.append(_error_topic(requested.name, None,
+                                               Error.TOPIC_AUTHORIZATION_FAILED))
                     continue
                 try:
                     info = await auto_create_topic(broker, requested.name)
@@ -73,9 +101,31 @@ async def handle(ctx, req: MetadataRequest) -> MetadataResponse:
                     continue
             topics.append(topic_entry(info, node_id))
     host, port = broker.advertised(ctx.session.listener)
-    return MetadataResponse(
+    response = MetadataResponse(
         brokers=[MetadataResponseBroker(node_id, host, port, None)],
         cluster_id=broker.cluster_id, controller_id=node_id, topics=topics)
+    if secured and ctx.api_version >= AUTHORIZED_OPERATIONS_VERSION:
+        _authorized_operations(ctx, req, response)
+    return response
+
+
+def _may_create(ctx, name: str) -> bool:
+    return (cluster_allows(ctx, AclOperation.CREATE)
+            or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name))
+
+
+def _authorized_operations(ctx, req: MetadataRequest, response: MetadataResponse) -> None:
+    """v8+: the bit fields asked for (v8-10 the cluster's, needing Describe on it: else 0;
+    each returned topic's). Without the authorizer they keep the schema default."""
+    if ctx.api_version <= 10 and req.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = authorized_operations(
+            ctx, ResourceType.CLUSTER, CLUSTER_NAME, 0) if cluster_allows(
+            ctx, AclOperation.DESCRIBE) else 0
+    if req.include_topic_authorized_operations:
+        for topic in response.topics:
+            if topic.error_code == Error.NONE:
+                topic.topic_authorized_operations = authorized_operations(
+                    ctx, ResourceType.TOPIC, topic.name, topic.topic_authorized_operations)
 
 
 def _check_named(req: MetadataRequest, version: int) -> None:

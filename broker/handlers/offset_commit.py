@@ -12,7 +12,9 @@ for an unknown group.
 
 from __future__ import annotations
 
+from broker.handlers._authz import denied_topics
 from broker.handlers._groups import coordinator, partition_exists, request_info
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.offset_commit_request import OffsetCommitRequest, OffsetCommitRequestTopic
 from protocol.messages.offset_commit_response import (
@@ -25,16 +27,21 @@ API_KEY = 8
 
 
 async def handle(ctx, req: OffsetCommitRequest) -> OffsetCommitResponse:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return error_response(req, Error.GROUP_AUTHORIZATION_FAILED)
     gc = coordinator(ctx)
     error = gc.check_available(req.group_id)
     if error:
         return error_response(req, error)
+    denied = denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics))
     results: dict[tuple[str, int], int] = {}
     valid: list[OffsetCommitRequestTopic] = []
     for topic in req.topics:
         known = []
         for p in topic.partitions:
-            if partition_exists(ctx, topic.name, p.partition_index):
+            if topic.name in denied:
+                results[(topic.name, p.partition_index)] = Error.TOPIC_AUTHORIZATION_FAILED
+            elif partition_exists(ctx, topic.name, p.partition_index):
                 known.append(p)
             else:
                 results[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION

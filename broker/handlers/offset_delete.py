@@ -8,7 +8,9 @@ group's members subscribe to the topic, UNKNOWN_TOPIC_OR_PARTITION for unknown p
 
 from __future__ import annotations
 
+from broker.handlers._authz import denied_topics
 from broker.handlers._groups import coordinator, partition_exists
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.offset_delete_request import OffsetDeleteRequest, OffsetDeleteRequestTopic
 from protocol.messages.offset_delete_response import (
@@ -21,16 +23,21 @@ API_KEY = 47
 
 
 async def handle(ctx, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, req.group_id):
+        return OffsetDeleteResponse(error_code=Error.GROUP_AUTHORIZATION_FAILED)
     gc = coordinator(ctx)
     error = gc.check_available(req.group_id)
     if error:
         return OffsetDeleteResponse(error_code=error)
+    denied = denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics))
     results: dict[tuple[str, int], int] = {}
     valid = []
     for topic in req.topics:
         known = []
         for p in topic.partitions:
-            if partition_exists(ctx, topic.name, p.partition_index):
+            if topic.name in denied:
+                results[(topic.name, p.partition_index)] = Error.TOPIC_AUTHORIZATION_FAILED
+            elif partition_exists(ctx, topic.name, p.partition_index):
                 known.append(p)
             else:
                 results[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION

@@ -11,7 +11,9 @@ while its partition loads).
 
 from __future__ import annotations
 
+from broker.handlers._authz import denied_topics
 from broker.handlers._groups import coordinator
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.offset_fetch_request import (
     OffsetFetchRequest,
@@ -22,7 +24,9 @@ from protocol.messages.offset_fetch_response import (
     OffsetFetchResponse,
     OffsetFetchResponseGroup,
     OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
 )
 
 API_KEY = 9
@@ -43,14 +47,42 @@ async def handle(ctx, req: OffsetFetchRequest) -> OffsetFetchResponse:
     require_stable = version >= 7 and req.require_stable
     results = []
     for group in _groups(req, version):
-        error = gc.check_available(group.group_id)
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group.group_id):
+            error = Error.GROUP_AUTHORIZATION_FAILED
+        else:
+            error = gc.check_available(group.group_id)
         if error:
             results.append(OffsetFetchResponseGroup(group_id=group.group_id, error_code=error))
-        else:
+        elif ctx.broker.authorizer is None:
             results.append(await gc.fetch_offsets(group, require_stable))
+        else:
+            results.append(await _fetch_describable(ctx, gc, group, require_stable))
     if version >= 8:
         return OffsetFetchResponse(groups=results)
     return _single_group_response(results[0], version)
+
+
+async def _fetch_describable(ctx, gc, group: OffsetFetchRequestGroup,
+                             require_stable: bool) -> OffsetFetchResponseGroup:
+    """Kafka: offsets of topics without Describe are left out of an all-topics answer, and
+    named ones get TOPIC_AUTHORIZATION_FAILED (committed offset -1)."""
+    if group.topics is None:
+        result = await gc.fetch_offsets(group, require_stable)
+        if not result.error_code:
+            denied = denied_topics(ctx, AclOperation.DESCRIBE, (t.name for t in result.topics))
+            result.topics = [t for t in result.topics if t.name not in denied]
+        return result
+    denied = denied_topics(ctx, AclOperation.DESCRIBE, (t.name for t in group.topics))
+    allowed = OffsetFetchRequestGroup(
+        group_id=group.group_id, member_id=group.member_id, member_epoch=group.member_epoch,
+        topics=[t for t in group.topics if t.name not in denied])
+    result = await gc.fetch_offsets(allowed, require_stable)
+    if not result.error_code:
+        result.topics.extend(OffsetFetchResponseTopics(name=t.name, partitions=[
+            OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1,
+                                          error_code=Error.TOPIC_AUTHORIZATION_FAILED)
+            for p in t.partition_indexes]) for t in group.topics if t.name in denied)
+    return result
 
 
 def _single_group_response(group: OffsetFetchResponseGroup, version: int) -> OffsetFetchResponse:

@@ -15,7 +15,9 @@ v3: replica_id. v4: flexible.
 
 from __future__ import annotations
 
+from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
 from broker.handlers._partitions import partition_log
+from broker.security import AclOperation
 from protocol.errors import Error, KafkaError
 from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from protocol.messages.offset_for_leader_epoch_response import (
@@ -31,10 +33,17 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 async def handle(ctx, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     logs = ctx.log_manager
+    denied = NOTHING
+    if not cluster_allows(ctx, AclOperation.CLUSTER_ACTION):  # else consumers: Describe
+        denied = denied_topics(ctx, AclOperation.DESCRIBE, (t.topic for t in req.topics))
     topics = []
     for topic in req.topics:
         partitions = []
         topics.append(OffsetForLeaderTopicResult(topic=topic.topic, partitions=partitions))
+        if topic.topic in denied:
+            partitions.extend(EpochEndOffset(error_code=Error.TOPIC_AUTHORIZATION_FAILED,
+                                             partition=p.partition) for p in topic.partitions)
+            continue
         for p in topic.partitions:
             try:
                 plog = partition_log(logs, topic.topic, p.partition, p.current_leader_epoch)

@@ -31,6 +31,12 @@ before appending (internal topic, transaction verification).
   UNSUPPORTED_COMPRESSION_TYPE (zstd before v7), CORRUPT_MESSAGE (CRC, impossible
   lengths), MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP (with
   record_errors), KAFKA_STORAGE_ERROR. v8+ carries error_message and record_errors.
+- Authorization (with the authorizer on, as KafkaApis): a request with a transactional
+  batch needs Write on its transactional id, else the whole request fails with
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED; then each topic needs Write, else its partitions
+  get TOPIC_AUTHORIZATION_FAILED before any other check. Internal topics also need the
+  admin client id and, beyond Kafka, ClusterAction on the cluster. One cached decision per
+  topic per request; nothing at all while the authorizer is off.
 - Transactional batches: without a transactional_id the whole request fails with
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; transactional batches from more than one producer
   id fail it with INVALID_PRODUCER_ID_MAPPING. A partition where the producer has no
@@ -53,8 +59,10 @@ from __future__ import annotations
 import asyncio
 import weakref
 
+from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
 from broker.handlers._txn import txn_coordinator, verification_error
 from broker.handlers.metadata import INTERNAL_TOPICS
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error, KafkaError
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import (
@@ -111,12 +119,23 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
     topics: list[TopicProduceResponse] = []
     entries: list[_Entry] = []
     failed = False
+    denied = NOTHING
+    if ctx.broker.authorizer is not None:
+        error = _authorize(ctx, req)
+        if error:
+            return _whole_request_error(req, error)
+        denied = denied_topics(ctx, AclOperation.WRITE, (t.name for t in req.topic_data))
     for topic in req.topic_data:
         partitions: list[PartitionProduceResponse] = []
         topics.append(TopicProduceResponse(name=topic.name, partition_responses=partitions))
+        topic_denied = topic.name in denied
         for data in topic.partition_data:
             response = PartitionProduceResponse(index=data.index, base_offset=-1)
             partitions.append(response)
+            if topic_denied:
+                _fail(response, Error.TOPIC_AUTHORIZATION_FAILED, None)
+                failed = True
+                continue
             plog = logs.get_partition(topic.name, data.index)
             if plog is None:
                 _fail(response, Error.UNKNOWN_TOPIC_OR_PARTITION, None)
@@ -142,7 +161,7 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
             _fail(entry.response, Error.INVALID_REQUIRED_ACKS, None)
         return ProduceResponse(responses=topics)
 
-    internal_allowed = ctx.header.client_id == ADMIN_CLIENT_ID
+    internal_allowed = _internal_allowed(ctx)
     if not internal_allowed:  # internal topics fail at the append
         transactional = [e for e in transactional if e.topic not in INTERNAL_TOPICS]
     await _validate_all(ctx, [e for e in entries
@@ -193,7 +212,7 @@ def _append_all(ctx, req: ProduceRequest, entries: list[_Entry],
     whether any partition failed."""
     acks = req.acks
     failed = False
-    internal_allowed = ctx.header.client_id == ADMIN_CLIENT_ID
+    internal_allowed = _internal_allowed(ctx)
     waits: list[tuple[_Entry, int]] = []
     for entry in entries:
         response = entry.response
@@ -224,6 +243,33 @@ def _append_all(ctx, req: ProduceRequest, entries: list[_Entry],
         if acks == -1 and plog.high_watermark < result.next_offset:
             waits.append((entry, result.next_offset))
     return waits, failed
+
+
+def _authorize(ctx, req: ProduceRequest) -> Error:
+    """Kafka's whole-request check, before any topic's: a request carrying a transactional
+    batch needs Write on its transactional id (a missing id fails too)."""
+    if not any(_is_transactional(data.records)
+               for topic in req.topic_data for data in topic.partition_data):
+        return Error.NONE
+    if req.transactional_id is None or not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return Error.NONE
+
+
+def _is_transactional(records) -> bool:
+    if records is None or len(records) < HEADER_SIZE:
+        return False
+    header = BatchHeader(records, 0)
+    return header.magic == MAGIC and header.is_transactional
+
+
+def _internal_allowed(ctx) -> bool:
+    """Kafka lets only its admin client write internal topics; with the authorizer on, the
+    principal must also have ClusterAction on the cluster (issue 13: internal topics are
+    the coordinators' to write)."""
+    return ctx.header.client_id == ADMIN_CLIENT_ID and cluster_allows(
+        ctx, AclOperation.CLUSTER_ACTION)
 
 
 def _refused(response: PartitionProduceResponse, plog, e: KafkaError) -> None:

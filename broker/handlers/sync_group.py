@@ -9,6 +9,7 @@ until then. v3+: group_instance_id. v5+: protocol_type and protocol_name are man
 from __future__ import annotations
 
 from broker.handlers._groups import coordinator, request_info
+from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
 from protocol.messages.sync_group_request import SyncGroupRequest
 from protocol.messages.sync_group_response import SyncGroupResponse
@@ -19,6 +20,8 @@ API_KEY = 14
 async def handle(ctx, req: SyncGroupRequest) -> SyncGroupResponse:
     if ctx.api_version >= 5 and (req.protocol_type is None or req.protocol_name is None):
         return SyncGroupResponse(error_code=Error.INCONSISTENT_GROUP_PROTOCOL)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return SyncGroupResponse(error_code=Error.GROUP_AUTHORIZATION_FAILED)
     gc = coordinator(ctx)
     error = gc.check_available(req.group_id)
     if error:

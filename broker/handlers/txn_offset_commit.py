@@ -18,8 +18,10 @@ COORDINATOR_NOT_AVAILABLE. v2: leader epoch. v3: flexible, member fields.
 
 from __future__ import annotations
 
+from broker.handlers._authz import denied_topics
 from broker.handlers._groups import coordinator, partition_exists, request_info
 from broker.handlers._txn import txn_coordinator, verification_error
+from broker.security import AclOperation, ResourceType
 from coordinator.group.group_manager import append_error_to_response_error
 from protocol.errors import Error
 from protocol.messages.txn_offset_commit_request import (
@@ -41,16 +43,23 @@ IMPLICIT_ADD_VERSION = 5  # transaction version 2: the offsets partition joins i
 
 async def handle(ctx, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     version = ctx.api_version
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return error_response(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return error_response(req, Error.GROUP_AUTHORIZATION_FAILED)
     gc = coordinator(ctx)
     error = gc.check_available(req.group_id)
     if error:
         return error_response(req, _for_version(error, version))
+    denied = denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics))
     results: dict[tuple[str, int], int] = {}
     valid: list[TxnOffsetCommitRequestTopic] = []
     for topic in req.topics:
         known = []
         for p in topic.partitions:
-            if partition_exists(ctx, topic.name, p.partition_index):
+            if topic.name in denied:
+                results[(topic.name, p.partition_index)] = Error.TOPIC_AUTHORIZATION_FAILED
+            elif partition_exists(ctx, topic.name, p.partition_index):
                 known.append(p)
             else:
                 results[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 
+from broker.handlers._authz import cluster_allows
+from broker.security import AclOperation
 from protocol.errors import Error
 from protocol.messages.write_txn_markers_request import WritableTxnMarker, WriteTxnMarkersRequest
 from protocol.messages.write_txn_markers_response import (
@@ -30,6 +32,9 @@ API_KEY = 27
 
 
 async def handle(ctx, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+    if not (cluster_allows(ctx, AclOperation.ALTER)
+            or cluster_allows(ctx, AclOperation.CLUSTER_ACTION)):
+        return error_response(req, Error.CLUSTER_AUTHORIZATION_FAILED)
     write_markers = ctx.broker.txn_coordinator.write_markers
     results = await asyncio.gather(*(_one(write_markers, marker) for marker in req.markers))
     return WriteTxnMarkersResponse(markers=list(results))
