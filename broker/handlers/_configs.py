@@ -191,14 +191,18 @@ def broker_config_entries(broker_config: BrokerConfig) -> list[ConfigEntry]:
     entries = []
     for name, value in sorted(broker_config.as_properties().items()):
         default = _BROKER_DEFAULTS[name]
+        sensitive = PROPERTIES[name].sensitive
         synonyms = []
         if value != default:
             synonyms.append(Synonym(name, value, ConfigSource.STATIC_BROKER_CONFIG))
         synonyms.append(Synonym(name, default, ConfigSource.DEFAULT_CONFIG))
+        if sensitive:  # as Kafka: a password's value is null and the entry says so
+            value = None
+            synonyms = [Synonym(s.name, None, s.source) for s in synonyms]
         entries.append(ConfigEntry(
             name=name, value=value, source=synonyms[0].source, read_only=True,
             config_type=_BROKER_TYPES[name], documentation=PROPERTIES[name].doc,
-            synonyms=synonyms))
+            synonyms=synonyms, is_sensitive=sensitive))
     return entries
 
 

@@ -299,3 +299,17 @@ def test_plain_v0_handshake_then_raw_tokens(broker):
         assert wire.read_frame() == b""  # PLAIN's empty server token
         response = wire.request(METADATA, 12, message(METADATA, "request", topics=None))
         assert response.brokers  # authenticated: requests are served
+
+
+def test_describe_configs_hides_passwords_as_kafka_does(broker, tls):
+    """A password setting is described with a null value and is_sensitive, never its text."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = AdminClient(with_tls(sasl(broker, "SASL_SSL", "PLAIN", "admin", "admin-secret"),
+                                 tls))
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    entries = admin.describe_configs([resource], request_timeout=20)[resource].result()
+    password = entries["ssl.keystore.password"]
+    assert password.is_sensitive and password.value is None
+    assert not entries["ssl.keystore.location"].is_sensitive
+    assert all(tls.password not in (e.value or "") for e in entries.values())
