@@ -566,6 +566,14 @@ class BrokerConfig:
     producer_id_expiration_check_interval_ms: int = _int(
         600000, "How often expired producer ids are removed.", lo=1
     )
+    producer_id_principal_binding_enable: bool = _bool(
+        True,
+        "With the authorizer on, refuse Produce, AddPartitionsToTxn, AddOffsetsToTxn, "
+        "TxnOffsetCommit and EndTxn using a producer id that InitProducerId issued to another "
+        "principal.",
+        semel="semel's own key; false: Kafka's behaviour (any principal may use any producer "
+        "id it learns)",
+    )
 
     # listener.name.<listener>.<key> settings as (LISTENER, key, value), sorted; resolved by
     # listener_security(). Not a property itself (no spec): see LISTENER_KEYS.

@@ -26,6 +26,7 @@ from broker.security.credentials import ScramCredentialStore
 from broker.security.endpoint import ListenerEndpoint
 from coordinator.group import GroupConfig, GroupCoordinator
 from coordinator.producer_id import ProducerIdManager
+from coordinator.producer_principal import ProducerPrincipals
 from coordinator.transaction import LogMarkerWriter, TransactionCoordinator, TxnConfig
 from storage.config import LogConfig
 from storage.log_manager import LogManager
@@ -85,6 +86,14 @@ class Broker:
         self.scram_credentials = ScramCredentialStore(Path(config.log_dirs), self.log_manager.fs)
         self.producer_id_manager = ProducerIdManager(
             Path(config.log_dirs), self.log_manager.fs, broker_id=config.node_id)
+        # beyond Kafka: producer id -> the principal that obtained it, enforced by the
+        # handlers; None while the authorizer is off or producer.id.principal.binding.enable
+        # is false (nothing recorded, nothing checked)
+        self.producer_principals = (
+            ProducerPrincipals(Path(config.log_dirs), self.log_manager.fs,
+                               expiration_ms=config.producer_id_expiration_ms)
+            if config.authorizer_enabled and config.producer_id_principal_binding_enable
+            else None)
         self.fetch_waiters = FetchWaiters()
         # group coordinator (consumer groups, committed offsets in __consumer_offsets)
         self.group_coordinator = GroupCoordinator(
@@ -95,7 +104,8 @@ class Broker:
             self.log_manager, self.producer_id_manager,
             TxnConfig.from_broker_config(
                 config, FINALIZED_FEATURES.get("transaction.version", 0)),
-            clock, LogMarkerWriter(self.log_manager, self.group_coordinator, clock=clock))
+            clock, LogMarkerWriter(self.log_manager, self.group_coordinator, clock=clock),
+            principals=self.producer_principals)
         self.log_manager.on_high_watermark = self.fetch_waiters.notify
         self.dispatcher = Dispatcher(self)
         self._servers: list[asyncio.base_events.Server] = []
@@ -121,6 +131,8 @@ class Broker:
         await self.log_manager.start()
         await self.producer_id_manager.start()  # the data directory is locked now
         self.scram_credentials.load()  # a damaged credentials file stops the start here
+        if self.producer_principals is not None:
+            self.producer_principals.load()  # as does a damaged producer principal file
         await self.group_coordinator.start()
         await self.txn_coordinator.start()
         if self.config.authorizer_enabled:
@@ -153,6 +165,8 @@ class Broker:
         self.host, self.port = self._servers[0].sockets[0].getsockname()[:2]
         self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
         self._tasks.append(loop.create_task(self._close_idle_connections()))
+        if self.producer_principals is not None:
+            self._tasks.append(loop.create_task(self._expire_producer_principals()))
         self.metrics.register_exactly_once(self.log_manager, self.txn_coordinator, loop)
         endpoint = self.config.metrics_listener
         if endpoint is not None:
@@ -186,10 +200,27 @@ class Broker:
         self.fetch_waiters.wake_all()
         self.metrics.close()
         await self.producer_id_manager.close()
+        if self.producer_principals is not None:
+            await self.producer_principals.close()
         await self.log_manager.close()
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
+
+    async def expire_producer_principals(self) -> int:
+        """Forget the principals of idempotent producer ids issued longer than
+        producer.id.expiration.ms ago that no partition's producer state knows any more."""
+        live = {pid for plog in self.log_manager.logs.values()
+                for pid in plog.producer_state.producers}
+        return await self.producer_principals.expire(self.clock(), live)
+
+    async def _expire_producer_principals(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.producer_id_expiration_check_interval_ms / 1000)
+            try:
+                await self.expire_producer_principals()
+            except Exception:
+                log.exception("producer principal expiration failed")
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -65,3 +65,25 @@ def config_resource_error(ctx, operation: AclOperation, config_resource_type: in
     resource_type, error = checked
     resource_name = CLUSTER_NAME if resource_type == ResourceType.CLUSTER else name
     return Error.NONE if ctx.authorize(operation, resource_type, resource_name) else error
+
+
+def foreign_producer_id(ctx, producer_id: int) -> bool:
+    """Beyond Kafka (coordinator/producer_principal.py): whether ``producer_id`` was issued
+    to a principal other than this request's. False while nothing is bound (authorizer off,
+    or producer.id.principal.binding.enable false) and for ids nobody is known to own."""
+    principals = ctx.broker.producer_principals
+    if principals is None:
+        return False
+    owner = principals.owner(producer_id)
+    if owner is None or owner == str(ctx.principal):
+        return False
+    ctx.broker.bad_input_log.warning(
+        f"refused producer id {producer_id} from {ctx.principal} ({ctx.client_host}, api "
+        f"{ctx.header.api_key}): it was issued to another principal")
+    return True
+
+
+def foreign_producer_message(ctx, producer_id: int) -> str:
+    return (f"Producer id {producer_id} was issued to another principal than "
+            f"{ctx.principal}; semel binds producer ids to the principal that obtained them "
+            "(producer.id.principal.binding.enable)")

@@ -4,10 +4,13 @@ Adds the group's ``__consumer_offsets`` partition (the one its group coordinator
 the producer's transaction, so the COMMIT/ABORT marker reaches it and the offsets committed
 with TxnOffsetCommit become visible or are dropped. Errors as for AddPartitionsToTxn;
 v0-1: PRODUCER_FENCED is sent as INVALID_PRODUCER_EPOCH. v3: flexible.
+Beyond Kafka, with the authorizer on: a producer id issued to another principal
+(coordinator/producer_principal.py) is TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
+from broker.handlers._authz import foreign_producer_id
 from broker.handlers._txn import fenced_for_old_clients, txn_coordinator
 from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
@@ -19,6 +22,8 @@ API_KEY = 25
 
 async def handle(ctx, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return error_response(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if foreign_producer_id(ctx, req.producer_id):
         return error_response(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
         return error_response(req, Error.GROUP_AUTHORIZATION_FAILED)

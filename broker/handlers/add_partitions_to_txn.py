@@ -10,13 +10,16 @@ v4+ (between brokers, KIP-890): a batch of transactions, each answered on its ow
 ``verify_only`` nothing is added, each partition is checked to be in the ongoing
 transaction (TRANSACTION_ABORTABLE if not). v5: the caller is a producer of transaction
 version 2 whose partition is added implicitly.
+Beyond Kafka, with the authorizer on: v0-3 with a producer id issued to another principal
+(coordinator/producer_principal.py) fail every partition with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, before the coordinator is asked.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
+from broker.handlers._authz import NOTHING, cluster_allows, denied_topics, foreign_producer_id
 from broker.handlers._txn import fenced_for_old_clients, txn_coordinator
 from broker.handlers.metadata import INTERNAL_TOPICS
 from broker.security import AclOperation, ResourceType
@@ -61,6 +64,9 @@ async def _one(ctx, txn: AddPartitionsToTxnTransaction, version: int) -> AddPart
     if version < 4:  # from a producer: Write on its transactional id and on the topics
         if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
                              txn.transactional_id):
+            return result_for(txn.transactional_id, dict.fromkeys(
+                partitions, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        if foreign_producer_id(ctx, txn.producer_id):
             return result_for(txn.transactional_id, dict.fromkeys(
                 partitions, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
         denied = denied_topics(ctx, AclOperation.WRITE, (tp.topic for tp in partitions))

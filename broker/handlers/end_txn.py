@@ -5,10 +5,13 @@ is durable in ``__transaction_state``; the COMMIT/ABORT markers follow asynchron
 retry of an EndTxn that already completed is answered NONE. v0-1: PRODUCER_FENCED is sent
 as INVALID_PRODUCER_EPOCH. v3: flexible. v5: transaction version 2 (KIP-890) - the epoch is
 bumped per transaction and the response carries the producer id and epoch to continue with.
+Beyond Kafka, with the authorizer on: a producer id issued to another principal
+(coordinator/producer_principal.py) is TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
+from broker.handlers._authz import foreign_producer_id
 from broker.handlers._txn import fenced_for_old_clients, txn_coordinator
 from broker.security import AclOperation, ResourceType
 from protocol.errors import Error
@@ -20,6 +23,8 @@ API_KEY = 26
 
 async def handle(ctx, req: EndTxnRequest) -> EndTxnResponse:
     if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return error_response(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if foreign_producer_id(ctx, req.producer_id):
         return error_response(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     tc = txn_coordinator(ctx)
     if tc is None:

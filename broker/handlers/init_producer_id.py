@@ -15,6 +15,11 @@ v2: throttle_time_ms. v4+: flexible, and PRODUCER_FENCED (KIP-588) - older versi
 INVALID_PRODUCER_EPOCH instead. v6 (KIP-939 two-phase commit): enable_2pc/keep_prepared_txn
 go to the transaction coordinator, which refuses them (INVALID_REQUEST: two-phase commit is
 off); ongoing_txn_producer_id/epoch stay -1.
+Beyond Kafka, with the authorizer on (``broker.producer_principals``): the producer id is
+bound to the requesting principal before the answer - an idempotent one in semel's file, a
+transactional one with its transactional id in ``__transaction_state`` (a new epoch or id on
+the same transactional id is bound to whoever asked for it); other principals then cannot
+use it (coordinator/producer_principal.py).
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ async def handle(ctx, req: InitProducerIdRequest) -> InitProducerIdResponse:
     if transactional_id is None:
         try:
             new_id = await ctx.broker.producer_id_manager.generate_producer_id()
+            principals = ctx.broker.producer_principals
+            if principals is not None:
+                await principals.bind_idempotent(new_id, str(ctx.principal), ctx.broker.clock())
         except KafkaError as e:
             return error_response(req, e.code)
         return InitProducerIdResponse(error_code=Error.NONE, producer_id=new_id, producer_epoch=0)
@@ -52,7 +60,8 @@ async def handle(ctx, req: InitProducerIdRequest) -> InitProducerIdResponse:
         return error_response(req, Error.COORDINATOR_NOT_AVAILABLE)
     result = await coordinator.init_producer_id(
         transactional_id, req.transaction_timeout_ms, producer_id, producer_epoch,
-        enable_two_phase_commit=req.enable2_pc, keep_prepared_txn=req.keep_prepared_txn)
+        enable_two_phase_commit=req.enable2_pc, keep_prepared_txn=req.keep_prepared_txn,
+        principal=None if ctx.broker.producer_principals is None else str(ctx.principal))
     return InitProducerIdResponse(
         error_code=fenced_for_old_clients(result.error, ctx.api_version, 4),
         producer_id=result.producer_id, producer_epoch=result.producer_epoch)

@@ -50,6 +50,11 @@ before appending (internal topic, transaction verification).
   implicitly instead (always, as Kafka does), awaiting the coordinator; the request's
   appends still all happen after that, synchronously, and the requests of one producer id
   reach the log in arrival order (``_ORDER``: a request waits for the one before it).
+- Beyond Kafka, with the authorizer on (coordinator/producer_principal.py): a batch whose
+  producer id InitProducerId issued to another principal fails its partition, before any
+  transaction check, with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (transactional batch) or
+  CLUSTER_AUTHORIZATION_FAILED (idempotent batch) and a message saying why; both are fatal
+  to Java's and librdkafka's producers. One dict lookup per batch with a producer id.
 - v10+: current_leader and node_endpoints only accompany NOT_LEADER_OR_FOLLOWER, which a
   single node never returns.
 """
@@ -59,7 +64,13 @@ from __future__ import annotations
 import asyncio
 import weakref
 
-from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
+from broker.handlers._authz import (
+    NOTHING,
+    cluster_allows,
+    denied_topics,
+    foreign_producer_id,
+    foreign_producer_message,
+)
 from broker.handlers._txn import txn_coordinator, verification_error
 from broker.handlers.metadata import INTERNAL_TOPICS
 from broker.security import AclOperation, ResourceType
@@ -120,7 +131,9 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
     entries: list[_Entry] = []
     failed = False
     denied = NOTHING
+    principals = None
     if ctx.broker.authorizer is not None:
+        principals = ctx.broker.producer_principals
         error = _authorize(ctx, req)
         if error:
             return _whole_request_error(req, error)
@@ -144,6 +157,13 @@ async def handle(ctx, req: ProduceRequest) -> ProduceResponse | None:
             header, error, message = _first_batch(data.records, version)
             if error:
                 _fail(response, error, message)
+                failed = True
+                continue
+            if (principals is not None and header.producer_id >= 0
+                    and foreign_producer_id(ctx, header.producer_id)):
+                _fail(response, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                      if header.is_transactional else Error.CLUSTER_AUTHORIZATION_FAILED,
+                      foreign_producer_message(ctx, header.producer_id))
                 failed = True
                 continue
             entries.append(_Entry(topic.name, response, plog, data.records, header))

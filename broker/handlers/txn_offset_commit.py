@@ -14,11 +14,14 @@ version 2) adds it instead, always; finally the group coordinator checks the KIP
 generation, member id and group instance id (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
 FENCED_INSTANCE_ID) and writes. v0-1: COORDINATOR_LOAD_IN_PROGRESS is sent as
 COORDINATOR_NOT_AVAILABLE. v2: leader epoch. v3: flexible, member fields.
+Beyond Kafka, with the authorizer on: a producer id issued to another principal
+(coordinator/producer_principal.py) fails every partition with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, before the group coordinator is asked.
 """
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied_topics
+from broker.handlers._authz import denied_topics, foreign_producer_id
 from broker.handlers._groups import coordinator, partition_exists, request_info
 from broker.handlers._txn import txn_coordinator, verification_error
 from broker.security import AclOperation, ResourceType
@@ -44,6 +47,8 @@ IMPLICIT_ADD_VERSION = 5  # transaction version 2: the offsets partition joins i
 async def handle(ctx, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     version = ctx.api_version
     if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return error_response(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if foreign_producer_id(ctx, req.producer_id):
         return error_response(req, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
         return error_response(req, Error.GROUP_AUTHORIZATION_FAILED)

@@ -33,11 +33,18 @@ whole completion and leaves the id in PREPARE_* until the partition is reloaded)
 fence bumps the epoch exactly once also with transaction version 2 (as Kafka after its fix
 of the double bump); KIP-939 two-phase commit is off (InitProducerId with enable_2pc or
 keep_prepared_txn: INVALID_REQUEST).
+
+Beyond Kafka (with ``principals``, coordinator/producer_principal.py: the authorizer is on):
+InitProducerId records the requesting principal in the transactional id's metadata, which
+is persisted with every record of the id (a tagged field) and passed on to a rotated or
+next producer id; the producer ids of each loaded or changed id are bound to it, and
+unbound when the id expires.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import re
@@ -152,8 +159,11 @@ def _need_producer_id() -> int:
 
 class TransactionCoordinator:
     def __init__(self, log_manager, producer_ids, config: TxnConfig,
-                 clock: Callable[[], int], write_markers: WriteMarkers) -> None:
+                 clock: Callable[[], int], write_markers: WriteMarkers, *,
+                 principals=None) -> None:
         self.log_manager = log_manager
+        # coordinator.producer_principal.ProducerPrincipals, or None: nothing is recorded
+        self.principals = principals
         self.producer_ids = producer_ids
         self.config = config
         self.clock = clock
@@ -299,8 +309,10 @@ class TransactionCoordinator:
         if plog is None:
             return self._persist_failed(md, error or Error.COORDINATOR_NOT_AVAILABLE,
                                         keep_pending_on_error)
-        value = encode_value(value_from_transit(transit),
-                             value_version_for(self.config.transaction_version))
+        version = value_version_for(self.config.transaction_version)
+        if transit.principal is not None:
+            version = max(version, 1)  # the principal is a tagged field
+        value = encode_value(value_from_transit(transit), version)
         batch = build_batch([(encode_key(transactional_id), value, None, self.clock())])
         try:
             result = plog.append(bytearray(batch), origin="coordinator")
@@ -315,7 +327,14 @@ class TransactionCoordinator:
         if not self._owns(transactional_id, md) or md.pending_state != transit.state:
             return Error.NOT_COORDINATOR  # stopped (or unloaded) meanwhile
         md.complete(transit)
+        self._bind(md)
         return Error.NONE
+
+    def _bind(self, md: TxnMetadata) -> None:
+        """Bind the id's producer ids to the principal that obtained them."""
+        if self.principals is not None and md.principal is not None:
+            self.principals.bind((md.producer_id, md.prev_producer_id, md.next_producer_id),
+                                 md.principal)
 
     @staticmethod
     def _persist_failed(md: TxnMetadata, error: Error, keep_pending: bool) -> Error:
@@ -329,8 +348,10 @@ class TransactionCoordinator:
                                producer_id: int = NO_PRODUCER_ID,
                                producer_epoch: int = NO_PRODUCER_EPOCH, *,
                                enable_two_phase_commit: bool = False,
-                               keep_prepared_txn: bool = False) -> TxnResult:
-        """InitProducerId with a transactional id: the producer id and a new epoch."""
+                               keep_prepared_txn: bool = False,
+                               principal: str | None = None) -> TxnResult:
+        """InitProducerId with a transactional id: the producer id and a new epoch;
+        ``principal`` (the requester) is recorded as the one the producer id belongs to."""
         if not transactional_id:
             return TxnResult(Error.INVALID_REQUEST)
         if enable_two_phase_commit or keep_prepared_txn:
@@ -342,10 +363,12 @@ class TransactionCoordinator:
             return TxnResult(Error.INVALID_TRANSACTION_TIMEOUT)
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
         return await self._run(self._init_producer_id(transactional_id,
-                                                      transaction_timeout_ms, expected))
+                                                      transaction_timeout_ms, expected,
+                                                      principal))
 
     async def _init_producer_id(self, transactional_id: str, timeout_ms: int,
-                                expected: tuple[int, int] | None) -> TxnResult:
+                                expected: tuple[int, int] | None,
+                                principal: str | None = None) -> TxnResult:
         error = self.check_available(transactional_id)
         if error:
             return TxnResult(error)
@@ -373,7 +396,10 @@ class TransactionCoordinator:
             result = await self._end_prepared(transactional_id, md, decision, commit=False,
                                               client_tv=server_tv)
             return TxnResult(result.error or Error.CONCURRENT_TRANSACTIONS)
-        error = await self._persist(transactional_id, md, decision.transit)
+        transit = decision.transit
+        if principal is not None:
+            transit = dataclasses.replace(transit, principal=principal)
+        error = await self._persist(transactional_id, md, transit)
         if error:
             return TxnResult(error)
         log.info("initialized transactional id %r with producer id %d epoch %d",
@@ -622,6 +648,10 @@ class TransactionCoordinator:
             if (ok and self.txns.get(transactional_id) is md and md.pending_state == S.DEAD
                     and md.producer_epoch == transit.producer_epoch):
                 del self.txns[transactional_id]
+                if self.principals is not None and md.principal is not None:
+                    self.principals.unbind(
+                        (md.producer_id, md.prev_producer_id, md.next_producer_id),
+                        md.principal)
                 removed += 1
                 log.info("transactional id %r expired", transactional_id)
             elif md.pending_state == S.DEAD:
@@ -696,6 +726,8 @@ class TransactionCoordinator:
                 await self._load_partition(partition, plog, loaded)
             self.txns.update(loaded)
             self.loading.discard(partition)
+            for md in loaded.values():
+                self._bind(md)
             for transactional_id, md in loaded.items():
                 if md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                     log.info("completing the %s transaction of %r found at start",

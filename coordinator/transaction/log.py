@@ -20,7 +20,13 @@ Kafka writes value v1 once ``transaction.version`` >= 1, else v0; partitions are
 EMPTY. Kafka never writes tags 0/1; semel writes NextProducerId while a transaction version 2
 epoch overflow is pending (so a restart between PREPARE_* and COMPLETE_* continues with the
 same next producer id) and PreviousProducerId after a producer id rotation (KIP-360 retries);
-Kafka reads both. The last producer epoch is not stored (as in Kafka). Value versions above 1
+Kafka reads both. The last producer epoch is not stored (as in Kafka).
+
+Beyond Kafka, tag 10000 SemelPrincipal (compact string, absent = none) holds the principal
+that obtained the producer id (coordinator/producer_principal.py), written only while
+producer ids are bound to principals; semel then writes value v1 even at transaction
+version 0. Kafka's generated reader keeps a tag it does not know as an unknown tagged field,
+so the records stay readable by Kafka (the tag is far above Kafka's own, 0-2). Value versions above 1
 are unknown (Kafka skips them; KIP-915 says later versions may not be readable as 1).
 """
 
@@ -65,6 +71,7 @@ HIGHEST_VALUE_VERSION = 1
 TAG_PREVIOUS_PRODUCER_ID = 0
 TAG_NEXT_PRODUCER_ID = 1
 TAG_CLIENT_TRANSACTION_VERSION = 2
+TAG_SEMEL_PRINCIPAL = 10_000  # semel's own: the principal that obtained the producer id
 
 _HEAD = struct.Struct(">qhib")  # producer id, epoch, timeout, status
 _TIMES = struct.Struct(">qq")  # last update, start
@@ -95,6 +102,7 @@ class TxnLogValue:
     previous_producer_id: int = NO_PRODUCER_ID
     next_producer_id: int = NO_PRODUCER_ID
     client_transaction_version: int = TV_0
+    principal: str | None = None  # TAG_SEMEL_PRINCIPAL
     unknown_tags: list[int] = field(default_factory=list)  # read and skipped (v1)
 
 
@@ -161,6 +169,10 @@ def encode_value(value: TxnLogValue, version: int) -> bytes:
         if value.client_transaction_version != TV_0:
             tags.append((TAG_CLIENT_TRANSACTION_VERSION,
                          bytearray(INT16.pack(value.client_transaction_version))))
+        if value.principal is not None:
+            principal = bytearray()
+            write_compact_string(principal, value.principal)
+            tags.append((TAG_SEMEL_PRINCIPAL, principal))
         write_tagged_fields(out, tags)
     return bytes(out)
 
@@ -215,6 +227,8 @@ def _decode_value(buf: memoryview, pos: int) -> tuple[TxnLogValue, int]:
             elif tag == TAG_CLIENT_TRANSACTION_VERSION:
                 (value.client_transaction_version,) = INT16.unpack_from(buf, pos)
                 pos += 2
+            elif tag == TAG_SEMEL_PRINCIPAL:
+                value.principal, pos = read_compact_string(buf, pos)
             else:
                 value.unknown_tags.append(tag)
                 pos = end
@@ -248,7 +262,8 @@ def value_from_transit(transit: TxnTransit) -> TxnLogValue:
         transaction_start_timestamp_ms=transit.txn_start_timestamp,
         previous_producer_id=previous,
         next_producer_id=transit.next_producer_id,
-        client_transaction_version=transit.client_transaction_version)
+        client_transaction_version=transit.client_transaction_version,
+        principal=transit.principal)
 
 
 def metadata_from_value(transactional_id: str, value: TxnLogValue) -> TxnMetadata:
@@ -273,4 +288,5 @@ def metadata_from_value(transactional_id: str, value: TxnLogValue) -> TxnMetadat
         topic_partitions=partitions,
         txn_start_timestamp=value.transaction_start_timestamp_ms,
         txn_last_update_timestamp=value.transaction_last_update_timestamp_ms,
-        client_transaction_version=value.client_transaction_version)
+        client_transaction_version=value.client_transaction_version,
+        principal=value.principal)

@@ -62,12 +62,14 @@ class TxnTransit:
     txn_start_timestamp: int
     txn_last_update_timestamp: int
     client_transaction_version: int
+    # semel: the principal that obtained the producer id (None: not recorded)
+    principal: str | None = None
 
 
 class TxnMetadata:
     __slots__ = ("client_transaction_version", "has_failed_epoch_fence", "last_producer_epoch",
-                 "next_producer_id", "pending_state", "prev_producer_id", "producer_epoch",
-                 "producer_id", "state", "topic_partitions", "transactional_id",
+                 "next_producer_id", "pending_state", "prev_producer_id", "principal",
+                 "producer_epoch", "producer_id", "state", "topic_partitions", "transactional_id",
                  "txn_last_update_timestamp", "txn_start_timestamp", "txn_timeout_ms")
 
     def __init__(self, transactional_id: str, producer_id: int, *,
@@ -80,7 +82,8 @@ class TxnMetadata:
                  topic_partitions: Iterable[TopicPartition] = (),
                  txn_start_timestamp: int = -1,
                  txn_last_update_timestamp: int = -1,
-                 client_transaction_version: int = TV_0) -> None:
+                 client_transaction_version: int = TV_0,
+                 principal: str | None = None) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.prev_producer_id = prev_producer_id
@@ -93,6 +96,8 @@ class TxnMetadata:
         self.txn_start_timestamp = txn_start_timestamp
         self.txn_last_update_timestamp = txn_last_update_timestamp
         self.client_transaction_version = client_transaction_version
+        # semel: the principal that obtained the producer id (coordinator/producer_principal.py)
+        self.principal = principal
         self.pending_state: TransactionState | None = None
         # an epoch fence whose write failed: the next fence reuses the bumped epoch
         self.has_failed_epoch_fence = False
@@ -124,7 +129,7 @@ class TxnMetadata:
                           self.producer_epoch, self.last_producer_epoch, self.txn_timeout_ms,
                           self.state, frozenset(self.topic_partitions),
                           self.txn_start_timestamp, self.txn_last_update_timestamp,
-                          self.client_transaction_version)
+                          self.client_transaction_version, self.principal)
 
     # -- prepare ------------------------------------------------------------------------
 
@@ -246,6 +251,7 @@ class TxnMetadata:
             "txn_start_timestamp": self.txn_start_timestamp,
             "txn_last_update_timestamp": self.txn_last_update_timestamp,
             "client_transaction_version": self.client_transaction_version,
+            "principal": self.principal,
         }
         values.update(changes)
         if values["producer_id"] < 0:
@@ -308,6 +314,7 @@ class TxnMetadata:
         self.txn_start_timestamp = transit.txn_start_timestamp
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
         self.client_transaction_version = transit.client_transaction_version
+        self.principal = transit.principal
         self.pending_state = None
         self.state = to_state
 

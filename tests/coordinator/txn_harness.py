@@ -107,7 +107,7 @@ class Env:
 @asynccontextmanager
 async def running(data_dir: Path, *, clock: ManualClock | None = None, fs=None,
                   flush_mode: str = "none", markers: FakeMarkers | None = None,
-                  producer_ids: FakeProducerIds | None = None, **config):
+                  producer_ids: FakeProducerIds | None = None, principals=None, **config):
     clock = clock or ManualClock()
     log_manager = LogManager(Path(data_dir), default_config=LogConfig(), flush_mode=flush_mode,
                              fs=fs, clock=clock)
@@ -115,7 +115,7 @@ async def running(data_dir: Path, *, clock: ManualClock | None = None, fs=None,
     markers = markers or FakeMarkers()
     producer_ids = producer_ids or FakeProducerIds()
     tc = TransactionCoordinator(log_manager, producer_ids, replace(CONFIG, **config), clock,
-                                markers)
+                                markers, principals=principals)
     await tc.start()
     await tc.wait_loaded()
     try:
