@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from broker.context import RequestContext
 from broker.handlers import HANDLERS
-from broker.security.session import BEFORE_AUTHENTICATION, Session
+from broker.security.session import BEFORE_AUTHENTICATION, SASL_HANDSHAKE, Session
 from protocol import api
 from protocol.errors import Error, KafkaError, ProtocolError
 from protocol.frame import encode_response_header, parse_request_header, peek_api_key_version
@@ -66,15 +66,18 @@ class Dispatcher:
         handler = HANDLERS.get(api_key)
         if handler is None:
             raise CloseConnection(f"unknown api key {api_key}", "unknown_api")
-        if api_key not in BEFORE_AUTHENTICATION:
-            if not session.authenticated:
-                raise CloseConnection(
-                    f"unexpected Kafka request of type {api.BY_KEY[api_key].name} during SASL "
-                    "handshake", "unauthenticated")
-            if session.expires_ms is not None and session.expired(self.broker.monotonic_ms()):
-                raise CloseConnection(
-                    f"the SASL session of {session.principal} expired without "
-                    "re-authentication (connections.max.reauth.ms)", "session_expired")
+        if api_key not in BEFORE_AUTHENTICATION and not session.authenticated:
+            raise CloseConnection(
+                f"unexpected Kafka request of type {api.BY_KEY[api_key].name} during SASL "
+                "handshake", "unauthenticated")
+        # an expired session may only begin a re-authentication (and finish one it began):
+        # anything else, ApiVersions included, closes the connection, as in Kafka's SocketServer
+        if (session.expires_ms is not None and api_key != SASL_HANDSHAKE
+                and not (session.sasl is not None and session.sasl.reauthenticating)
+                and session.expired(self.broker.monotonic_ms())):
+            raise CloseConnection(
+                f"the SASL session of {session.principal} expired without "
+                "re-authentication (connections.max.reauth.ms)", "session_expired")
         lo, hi = self.supported[api_key]
         if not lo <= version <= hi:
             if api_key == API_VERSIONS:

@@ -22,7 +22,10 @@
  * Adding a command: write `static void name(Args a) throws Exception`, register it in
  * COMMANDS (or ADMIN_COMMANDS for `admin <sub>`) with its usage and options. `copier` is
  * tests/chaos's transactional copier and prints tests/chaos/history.py events instead.
- * Planned: admin list-transactions, describe-transactions, describe-producers,
+ * txn-acl-probe runs transactional steps (--steps init,begin,send,offsets,commit,...) and prints
+ * one {"type":"step", step, result: "ok"|"error", class, root_class, message} per step, going on
+ * after a failure; a "pause" step prints {"type":"paused"} and waits for a line on stdin (the
+ * test changes ACLs meanwhile). Planned: admin list-transactions, describe-transactions, describe-producers,
  * abort-transaction. admin create-acls / describe-acls / delete-acls take an ACL (or filter) as
  * seven words: TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION.
  */
@@ -113,9 +116,10 @@ public final class SemelClient {
         register(COMMANDS, "produce",
             "produce --bootstrap B --topic T --count N [--compression none|gzip|snappy|lz4|zstd]"
                 + " [--acks 0|1|all] [--idempotent true|false] [--key-prefix K] [--value-prefix V]"
-                + " [--value-size N] [--start I] [--partition P] [--linger-ms MS] [--dump-acks]",
+                + " [--value-size N] [--start I] [--partition P] [--linger-ms MS] [--dump-acks]"
+                + " [--interval-ms MS]  (sleep between sends: a producer that lives a while)",
             "topic count compression acks idempotent key-prefix value-prefix value-size start"
-                + " partition linger-ms dump-acks",
+                + " partition linger-ms dump-acks interval-ms",
             SemelClient::produce);
         register(COMMANDS, "txn-produce",
             "txn-produce --bootstrap B --topic T --count N --transactional-id ID [--per-txn N]"
@@ -128,6 +132,11 @@ public final class SemelClient {
             "txn-fence --bootstrap B --topic T --transactional-id ID  (a second producer with the"
                 + " same id fences the first mid-transaction; reports what the first then gets)",
             "topic transactional-id", SemelClient::txnFence);
+        register(COMMANDS, "txn-acl-probe",
+            "txn-acl-probe --bootstrap B --topic T --transactional-id ID [--group G]"
+                + " [--steps init,begin,send,offsets,commit|abort,pause,...]  (one step line each;"
+                + " errors reported, not thrown)",
+            "topic transactional-id group steps", SemelClient::txnAclProbe);
         register(COMMANDS, "consume",
             "consume --bootstrap B --topic T [--count N | --until-end] [--group G] [--from-beginning]"
                 + " [--isolation read_committed|read_uncommitted] [--partition P] [--offset O]"
@@ -351,6 +360,7 @@ public final class SemelClient {
         Integer partition = a.has("partition") ? a.getInt("partition", 0) : null;
         int timeoutMs = a.getInt("timeout-ms", 30000);
         int lingerMs = a.getInt("linger-ms", 5);
+        int intervalMs = a.getInt("interval-ms", 0);
 
         Properties p = clientProps(a, "semel-java-producer");
         p.put(ProducerConfig.ACKS_CONFIG, a.get("acks", "all"));
@@ -391,6 +401,7 @@ public final class SemelClient {
                     firstError.compareAndSet(null, e);
                 }
                 sent++;
+                if (intervalMs > 0) Thread.sleep(intervalMs);
             }
             producer.flush(); // every callback has run once flush returns
             elapsedNs = System.nanoTime() - t0; // first send to the last acknowledgement
@@ -500,6 +511,52 @@ public final class SemelClient {
             }
         }
         emit(result);
+    }
+
+    /** Transactional steps, each reported as ok or with the exception the client raised:
+     *  what a transactional application sees when an ACL is missing. */
+    static void txnAclProbe(Args a) throws Exception {
+        String topic = a.required("topic");
+        String group = a.get("group", "probe-group");
+        Properties p = txnProducerProps(a, a.required("transactional-id"));
+        java.io.BufferedReader stdin = new java.io.BufferedReader(
+            new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8));
+        try (KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            int sends = 0;
+            for (String step : a.get("steps", "init,begin,send,offsets,commit").split(",")) {
+                if (step.equals("pause")) {
+                    emit(new Json().put("type", "paused"));
+                    stdin.readLine();
+                    continue;
+                }
+                Json line = new Json().put("type", "step").put("step", step);
+                try {
+                    switch (step) {
+                        case "init" -> producer.initTransactions();
+                        case "begin" -> producer.beginTransaction();
+                        case "send" -> producer.send(new ProducerRecord<>(topic, 0, null,
+                            ("probe-" + sends++).getBytes(StandardCharsets.UTF_8))).get();
+                        case "offsets" -> producer.sendOffsetsToTransaction(
+                            Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(1)),
+                            new org.apache.kafka.clients.consumer.ConsumerGroupMetadata(group));
+                        case "commit" -> producer.commitTransaction();
+                        case "abort" -> producer.abortTransaction();
+                        default -> throw new UsageError("unknown step '" + step + "'");
+                    }
+                    line.put("result", "ok");
+                } catch (UsageError e) {
+                    throw e;
+                } catch (Exception e) {
+                    Throwable cause = unwrap(e);
+                    Throwable root = cause;
+                    while (root.getCause() != null && root.getCause() != root) root = root.getCause();
+                    line.put("result", "error").put("class", cause.getClass().getName())
+                        .put("root_class", root.getClass().getName()).put("message", cause.getMessage());
+                }
+                emit(line);
+            }
+        }
     }
 
     /** The records `produce` would send, without a broker: lets tests check their own helpers. */
