@@ -196,6 +196,12 @@ public final class SemelClient {
             SemelClient::describeAcls);
         register(ADMIN_COMMANDS, "delete-acls", "delete-acls " + aclArgs + " [" + aclArgs + "]..."
             + "  (filters, as describe-acls)", "", SemelClient::deleteAcls);
+        register(ADMIN_COMMANDS, "upsert-scram", "upsert-scram USER SCRAM-SHA-256|SCRAM-SHA-512"
+            + " PASSWORD ITERATIONS", "", SemelClient::upsertScram);
+        register(ADMIN_COMMANDS, "delete-scram", "delete-scram USER SCRAM-SHA-256|SCRAM-SHA-512",
+            "", SemelClient::deleteScram);
+        register(ADMIN_COMMANDS, "describe-scram", "describe-scram [USER]...  (none: every user)",
+            "", SemelClient::describeScram);
     }
 
     // ------------------------------------------------------------------ main
@@ -1138,6 +1144,49 @@ public final class SemelClient {
     static void deleteAcls(Args a) throws Exception {
         try (Admin admin = openAdmin(a)) {
             emit(new Json().put("type", "acls_deleted").put("acls", aclsJson(admin.deleteAcls(aclFilters(a)).all().get())));
+        }
+    }
+
+    static void upsertScram(Args a) throws Exception {
+        List<String> p = a.positionals();
+        if (p.size() != 4) throw new UsageError("upsert-scram USER MECHANISM PASSWORD ITERATIONS");
+        org.apache.kafka.clients.admin.ScramCredentialInfo info =
+            new org.apache.kafka.clients.admin.ScramCredentialInfo(
+                org.apache.kafka.clients.admin.ScramMechanism.fromMechanismName(p.get(1)),
+                Integer.parseInt(p.get(3)));
+        try (Admin admin = openAdmin(a)) {
+            admin.alterUserScramCredentials(List.of(
+                new org.apache.kafka.clients.admin.UserScramCredentialUpsertion(p.get(0), info, p.get(2))))
+                .all().get();
+            emit(new Json().put("type", "scram_altered").put("user", p.get(0)));
+        }
+    }
+
+    static void deleteScram(Args a) throws Exception {
+        List<String> p = a.positionals();
+        if (p.size() != 2) throw new UsageError("delete-scram USER MECHANISM");
+        try (Admin admin = openAdmin(a)) {
+            admin.alterUserScramCredentials(List.of(
+                new org.apache.kafka.clients.admin.UserScramCredentialDeletion(p.get(0),
+                    org.apache.kafka.clients.admin.ScramMechanism.fromMechanismName(p.get(1)))))
+                .all().get();
+            emit(new Json().put("type", "scram_altered").put("user", p.get(0)));
+        }
+    }
+
+    static void describeScram(Args a) throws Exception {
+        try (Admin admin = openAdmin(a)) {
+            Map<String, org.apache.kafka.clients.admin.UserScramCredentialsDescription> all =
+                (a.positionals().isEmpty() ? admin.describeUserScramCredentials()
+                    : admin.describeUserScramCredentials(a.positionals())).all().get();
+            for (String user : new java.util.TreeSet<>(all.keySet())) {
+                List<Object> credentials = new ArrayList<>();
+                for (org.apache.kafka.clients.admin.ScramCredentialInfo info : all.get(user).credentialInfos()) {
+                    credentials.add(new Json().put("mechanism", info.mechanism().mechanismName())
+                        .put("iterations", info.iterations()));
+                }
+                emit(new Json().put("type", "scram_user").put("user", user).put("credentials", credentials));
+            }
         }
     }
 
