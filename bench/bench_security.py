@@ -148,12 +148,25 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=64, help="MB produced per run")
     parser.add_argument("--acls", type=int, default=1000)
     parser.add_argument("--scram-connections", type=int, default=200)
+    parser.add_argument("--only", choices=("tls", "authorizer"),
+                        help="run one part (tls: TLS rows and SCRAM latency)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-security-"))
     tls = make_tls_files(work / "tls")
     log_dir = work / "logs"
     result: dict = {"pairs": args.pairs, "mb": args.mb}
+    if args.only != "authorizer":
+        result.update(tls_rows(args, tls, work, log_dir))
+    if args.only != "tls":
+        result["authorizer"] = authorizer_row(args, work, log_dir)
+    print(render(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+def tls_rows(args, tls, work: Path, log_dir: Path) -> dict:
+    result = {}
     data = work / "tls-broker"
     data.mkdir()
     import subprocess
@@ -170,6 +183,10 @@ def main() -> None:
             result[listener] = {key: ratios(runs, key) for key in (
                 "produce_mb_s", "fetch_mb_s", "produce_cpu_s_per_gb", "fetch_cpu_s_per_gb")}
         result["scram"] = scram_latency(broker, args.scram_connections)
+    return result
+
+
+def authorizer_row(args, work: Path, log_dir: Path) -> dict:
     acl_dir = work / "acl-broker"
     plain_dir = work / "plain-broker"
     common = {"log.flush.mode": "none", "auto.create.topics.enable": "true"}
@@ -181,11 +198,8 @@ def main() -> None:
                                       log_dir),
                       lambda: one_run(on, {"bootstrap.servers": on.bootstrap}, args.mb,
                                       log_dir), args.pairs)
-        result["authorizer"] = {"acls": args.acls, **{key: ratios(runs, key) for key in (
-            "produce_mb_s", "produce_cpu_s_per_gb")}}
-    print(render(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    return {"acls": args.acls, **{key: ratios(runs, key) for key in (
+        "produce_mb_s", "produce_cpu_s_per_gb")}}
 
 
 def install_acls(data_dir: Path, count: int) -> None:
@@ -212,6 +226,8 @@ def install_acls(data_dir: Path, count: int) -> None:
 def render(result: dict) -> str:
     lines = [f"pairs {result['pairs']}, {result['mb']} MB of 1 KiB records per run"]
     for listener in ("SSL", "SASL_SSL"):
+        if listener not in result:
+            continue
         r = result[listener]
         lines.append(
             f"{listener} / PLAINTEXT: produce MB/s {r['produce_mb_s']['median']:.3f} "
@@ -222,14 +238,18 @@ def render(result: dict) -> str:
             f"{r['fetch_mb_s']['b']:.0f}); broker CPU s/GB produce "
             f"{r['produce_cpu_s_per_gb']['a']:.2f} -> {r['produce_cpu_s_per_gb']['b']:.2f}, "
             f"fetch {r['fetch_cpu_s_per_gb']['a']:.2f} -> {r['fetch_cpu_s_per_gb']['b']:.2f}")
-    a = result["authorizer"]
-    lines.append(
-        f"authorizer with {a['acls']} ACLs / off: produce MB/s {a['produce_mb_s']['median']:.3f}"
-        f" [{a['produce_mb_s']['q1']:.3f}, {a['produce_mb_s']['q3']:.3f}], broker CPU s/GB "
-        f"{a['produce_cpu_s_per_gb']['a']:.2f} -> {a['produce_cpu_s_per_gb']['b']:.2f}")
-    s = result["scram"]
-    lines.append(f"SCRAM-SHA-512 authentication of a new connection ({s['connections']}): "
-                 f"p50 {s['p50_ms']:.2f} ms, p99 {s['p99_ms']:.2f} ms, max {s['max_ms']:.2f} ms")
+    a = result.get("authorizer")
+    if a is not None:
+        lines.append(
+            f"authorizer with {a['acls']} ACLs / off: produce MB/s "
+            f"{a['produce_mb_s']['median']:.3f} [{a['produce_mb_s']['q1']:.3f}, "
+            f"{a['produce_mb_s']['q3']:.3f}], broker CPU s/GB "
+            f"{a['produce_cpu_s_per_gb']['a']:.2f} -> {a['produce_cpu_s_per_gb']['b']:.2f}")
+    s = result.get("scram")
+    if s is not None:
+        lines.append(f"SCRAM-SHA-512 authentication of a new connection ({s['connections']}): "
+                     f"p50 {s['p50_ms']:.2f} ms, p99 {s['p99_ms']:.2f} ms, "
+                     f"max {s['max_ms']:.2f} ms")
     return "\n".join(lines)
 
 
