@@ -13,6 +13,10 @@ produce calls once its appends are done and only the disk is awaited), so the ne
 starts while the earlier one waits; at most ``connection.max.inflight.requests`` requests of
 a connection are started and unanswered. Responses leave strictly in request order (Kafka
 requires it): every request takes a slot in a FIFO and the head is written once filled.
+A request starts eagerly, inside the callback that made it ready, and needs a task only
+if it suspends (most never do); a connection starts at most one request per round of the
+event loop (the next ready frame waits for ``call_soon``), so every connection gets its
+turn in each round.
 
 Back-pressure: reading stops while the frames waiting for their turn fill the connection's
 64 KiB read buffer (or a whole large frame waits), while the bytes of
