@@ -28,8 +28,10 @@ middle of a large request already at 7/8 of it. A frame larger than
 
 Time: ``last_active`` (monotonic ms) moves when a whole request arrives or a response is
 flushed, never for a trickled byte; ``partial_since`` is when the unfinished request now
-being received began. The server closes a connection idle past ``connections.max.idle.ms``
-or with a request unfinished past ``socket.request.read.timeout.ms``.
+being received began; ``close_at`` is when a connection whose authentication failed is
+closed (``connection.failed.authentication.delay.ms`` after the answer). The server closes a
+connection idle past ``connections.max.idle.ms``, with a request unfinished past
+``socket.request.read.timeout.ms``, or past its ``close_at``.
 
 Bad input (framing errors, malformed or unsupported requests, timeouts) closes the
 connection, is counted in ``semel_bad_input_total{reason}`` and logged once per connection
@@ -93,6 +95,7 @@ class Connection(asyncio.BufferedProtocol):
         self.bad_input_seen = False
         self.last_active = broker.monotonic_ms()
         self.partial_since: int | None = None
+        self.close_at: int | None = None  # failed authentication: closed at this monotonic ms
         self.session = Session(self.ip)
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -227,9 +230,22 @@ class Connection(asyncio.BufferedProtocol):
             self.bad_input("authentication_failed",
                            f"failed authentication with {self.peer} on {self.session.listener}")
             self._update_reading()
-            asyncio.get_running_loop().call_later(close_after_ms / 1000, self.close)
+            self.close_at = self.broker.monotonic_ms() + close_after_ms
+            asyncio.get_running_loop().call_later(close_after_ms / 1000, self.close_if_due)
         self._release_turn(slot)
         self._flush()
+
+    def close_if_due(self) -> None:
+        """Close once the broker's clock reaches ``close_at``. The loop's timer may fire a
+        little early (libuv rounds to whole ms) and a test's clock moves only when told to:
+        not yet due, look again when it should be."""
+        if self.closed or self.close_at is None:
+            return
+        left = self.close_at - self.broker.monotonic_ms()
+        if left <= 0:
+            self.close()
+        else:
+            asyncio.get_running_loop().call_later(left / 1000, self.close_if_due)
 
     def _task_finished(self, task: asyncio.Task, slot: _Slot) -> None:
         self.tasks.discard(task)

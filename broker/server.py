@@ -265,14 +265,17 @@ class Broker:
             conn.memory_changed()
 
     def close_stale_connections(self) -> None:
-        """Close connections idle past connections.max.idle.ms, and those whose current
-        request has not arrived whole within socket.request.read.timeout.ms."""
+        """Close connections idle past connections.max.idle.ms, those whose current
+        request has not arrived whole within socket.request.read.timeout.ms, and those whose
+        failed authentication's delay is over."""
         now = self.monotonic_ms()
         idle_ms = self.config.connections_max_idle_ms
         read_timeout_ms = self.config.socket_request_read_timeout_ms
         for conn in list(self.connections):
             started = conn.partial_since
-            if started is not None and now - started > read_timeout_ms:
+            if conn.close_at is not None:
+                conn.close_if_due()
+            elif started is not None and now - started > read_timeout_ms:
                 conn.bad_input("read_timeout", (
                     f"closing {conn.peer}: request not received whole within "
                     f"{read_timeout_ms} ms ({conn.reader.buffered} bytes so far)"))
