@@ -565,3 +565,58 @@ def test_concurrent_writes_of_two_producers_may_land_in_either_order():
     h.data(T0, 1, "a")
     h.committed_from_log()
     assert h.check().ok
+
+
+def test_flush_none_consumer_resets_once_when_its_position_was_cut_away():
+    """Its position was past the cut log's end: it hands out a prefetched record below the
+    cut, then its first fetch from the restarted broker is out of range and it starts again
+    from the earliest offset. Once per partition in the grace window; a second step back, or
+    one after the grace, is still an anomaly."""
+    h = H()
+    h.ev("nemesis", "info", "fault", fault="start")
+    for o, v in enumerate("abcd"):
+        h.send(v, offset=o)
+    h.poll([("t", 0, 0, "a", None), ("t", 0, 1, "b", None)])
+    power_loss(h, "none", {T0: (4, 4)}, {T0: 2})
+    for o, v in enumerate("ab"):
+        h.data(T0, o, v)
+    h.poll([("t", 0, 1, "b", None)])  # prefetched before the loss, below the cut
+    h.poll([("t", 0, 0, "a", None)])  # the reset to the earliest offset
+    h.poll([("t", 0, 1, "b", None)])
+    h.committed_from_log()
+    report = h.check()
+    assert report.ok, summarize(report, title="reset")
+    h.poll([("t", 0, 0, "a", None)])  # a second step back
+    assert h.check().kinds() == {"non_monotonic"}
+
+
+def test_flush_none_committed_transaction_whose_acknowledged_data_was_cut():
+    """The data was acknowledged by the broker that lost power and cut; the transaction's
+    state survived, and its commit, asked after the restart, went through."""
+    h = H()
+    h.ev("nemesis", "info", "fault", fault="start")
+    h.send("a", offset=0)
+    h.data(T0, 0, "a")
+    h.ev("w2", "info", "begin", txn="x1", producer="tx1")
+    h.send("b", offset=1, producer="tx1", p="w2", txn="x1")
+    power_loss(h, "none", {T0: (2, 2)}, {T0: 1})
+    h.ev("w2", "invoke", "commit", txn="x1", producer="tx1", writes=[["t", "b"]])
+    h.ev("w2", "ok", "commit", txn="x1", producer="tx1")
+    h.marker(T0, 1, 3)
+    h.committed_from_log()
+    report = h.check()
+    assert report.ok, summarize(report, title="cut")
+    assert report.allowed_losses == 1
+    # data acknowledged below the cut is still a lost write
+    h2 = H()
+    h2.ev("nemesis", "info", "fault", fault="start")
+    h2.ev("w2", "info", "begin", txn="x1", producer="tx1")
+    h2.send("b", offset=0, producer="tx1", p="w2", txn="x1")
+    h2.send("a", offset=1)
+    h2.data(T0, 1, "a")
+    power_loss(h2, "none", {T0: (2, 2)}, {T0: 2})
+    h2.ev("w2", "invoke", "commit", txn="x1", producer="tx1", writes=[["t", "b"]])
+    h2.ev("w2", "ok", "commit", txn="x1", producer="tx1")
+    h2.marker(T0, 2, 3)
+    h2.committed_from_log()
+    assert h2.check().kinds() == {"lost_write"}
