@@ -14,9 +14,10 @@ starts while the earlier one waits; at most ``connection.max.inflight.requests``
 a connection are started and unanswered. Responses leave strictly in request order (Kafka
 requires it): every request takes a slot in a FIFO and the head is written once filled.
 A request starts eagerly, inside the callback that made it ready, and needs a task only
-if it suspends (most never do); a connection starts at most one request per round of the
-event loop (the next ready frame waits for ``call_soon``), so every connection gets its
-turn in each round.
+if it suspends (most never do). Requests a client pipelined run back to back while each is
+done at once, for at most ``BURST_NS`` (200 µs) of the loop per round; what is still ready
+then waits for ``call_soon``, the next round, so every connection gets its turn in each
+round and one holds the loop for about one burst. The answers of a burst leave in one write.
 
 Back-pressure: reading stops while the frames waiting for their turn fill the connection's
 64 KiB read buffer (or a whole large frame waits), while the bytes of
@@ -43,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
 from broker.dispatch import CloseConnection
@@ -50,6 +52,9 @@ from broker.security.endpoint import AuthenticationRefused
 from broker.security.session import Session
 from protocol.errors import ProtocolError
 from protocol.frame import BufferedFrameReader
+
+# how long one connection may run requests back to back in one round of the event loop
+BURST_NS = 200_000
 
 if TYPE_CHECKING:
     from broker.security.endpoint import ListenerEndpoint
@@ -88,6 +93,7 @@ class Connection(asyncio.BufferedProtocol):
         self.tasks: set[asyncio.Task] = set()
         self.running = False  # a request of this connection holds its turn
         self.pumping = False  # _pump is starting a request (re-entered from it)
+        self.flush_deferred = False  # responses of the current burst wait for its end
         self.pump_scheduled = False
         self.reading_paused = False
         self.writing_paused = False
@@ -157,6 +163,11 @@ class Connection(asyncio.BufferedProtocol):
             self._start_ready()
         finally:
             self.pumping = False
+        if self.flush_deferred:  # the burst's responses, in one write
+            self.flush_deferred = False
+            if self._write_done() and self.reader.frame_ready and not self.pump_scheduled:
+                self.pump_scheduled = True  # the burst ended on a full window: next round
+                asyncio.get_running_loop().call_soon(self._scheduled_pump)
         reader = self.reader
         if reader.buffered and not reader.frame_ready:
             if self.partial_since is None:
@@ -166,25 +177,31 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def _start_ready(self) -> None:
-        """Start one request if one is ready and the connection may; if another is ready
-        behind it, the next one starts in the loop's next round, as every connection's
-        does: one request per connection per round, however many a client pipelines."""
-        if (self.running or self.closed or len(self.slots) >= self.max_inflight
-                or self.session.close_after_ms is not None):
-            return
-        try:
-            frame = self.reader.next_frame()
-        except ProtocolError as e:
-            self.bad_input("framing", f"closing {self.peer}: {e}")
-            self.close()
-            return
-        if frame is None:
-            return
-        self._start(frame)
-        if (not self.pump_scheduled and not self.running and not self.closed
-                and len(self.slots) < self.max_inflight and self.reader.frame_ready):
-            self.pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self._scheduled_pump)
+        """Start the ready requests the connection may, one after another while each is
+        done at once, for at most BURST_NS of the loop's time; what is still ready then
+        starts in the loop's next round, after every other connection's turn in this one.
+        However many requests a client pipelines, it holds the loop for about one burst
+        per round."""
+        reader = self.reader
+        started = 0
+        while not (self.running or self.closed or len(self.slots) >= self.max_inflight
+                   or self.session.close_after_ms is not None):
+            if started == 0:
+                started = perf_counter_ns()
+            elif perf_counter_ns() - started > BURST_NS:
+                if reader.frame_ready and not self.pump_scheduled:
+                    self.pump_scheduled = True
+                    asyncio.get_running_loop().call_soon(self._scheduled_pump)
+                return
+            try:
+                frame = reader.next_frame()
+            except ProtocolError as e:
+                self.bad_input("framing", f"closing {self.peer}: {e}")
+                self.close()
+                return
+            if frame is None:
+                return
+            self._start(frame)
 
     def _scheduled_pump(self) -> None:
         self.pump_scheduled = False
@@ -264,18 +281,27 @@ class Connection(asyncio.BufferedProtocol):
             self._pump()
 
     def _flush(self) -> None:
+        """Write the answered requests at the head; in a burst (``_pump`` running them) once
+        the burst ends, all together."""
+        if self.pumping:
+            self.flush_deferred = True
+        elif self._write_done():
+            self._pump()
+
+    def _write_done(self) -> bool:
         slots = self.slots
-        transport = self.transport
-        flushed = False
+        if not slots or not slots[0].done:
+            return False
+        buffers = []
         while slots and slots[0].done:
             slot = slots.popleft()
             self.pending_bytes -= slot.size
-            if slot.data is not None and not self.closed:
-                transport.writelines(slot.data)
-            flushed = True
-        if flushed:
-            self.last_active = self.broker.monotonic_ms()
-            self._pump()
+            if slot.data is not None:
+                buffers += slot.data
+        if buffers and not self.closed:
+            self.transport.writelines(buffers)
+        self.last_active = self.broker.monotonic_ms()
+        return True
 
     def _update_reading(self) -> None:
         if self.closed or self.transport is None:
