@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from protocol.compression import STREAM_CHUNK, stream_decompress
+from protocol.compression import STREAM_CHUNK, decompress_small, stream_decompress
 from protocol.errors import ProtocolError
 from protocol.records import (
     HEADER_SIZE,
@@ -153,19 +153,24 @@ def quick_summary(
     if header.compression != 0:
         if header.size > QUICK_COMPRESSED:
             return None
-        pieces = []
-        total = 0
-        try:
-            for piece in stream_decompress(header.compression, memoryview(buf)[start:end],
-                                           max_uncompressed, STREAM_CHUNK):
-                total += len(piece)
-                if total > STREAM_CHUNK:
-                    return None
-                pieces.append(piece)
-        except ProtocolError:
-            return None
-        buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        start, end = 0, total
+        payload = memoryview(buf)[start:end]
+        whole = decompress_small(header.compression, payload,
+                                 min(STREAM_CHUNK, max_uncompressed))
+        if whole is None:
+            pieces = []
+            total = 0
+            try:
+                for piece in stream_decompress(header.compression, payload,
+                                               max_uncompressed, STREAM_CHUNK):
+                    total += len(piece)
+                    if total > STREAM_CHUNK:
+                        return None
+                    pieces.append(piece)
+            except ProtocolError:
+                return None
+            whole = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        buf = whole
+        start, end = 0, len(whole)
     mode, dlow, dhigh = _timestamp_rule(header, timestamp_bounds, log_append_time)
     count = header.record_count
     errors: list = []
