@@ -778,3 +778,129 @@ def parse_control_record(record: Record) -> tuple[int, int | None]:
     if value_version < 0:
         raise ProtocolError(f"invalid end transaction marker version {value_version}")
     return ControlType(control_type), coordinator_epoch
+
+
+# -- the log cleaner's view of a batch: records as spans, a batch rebuilt from some of them ---
+
+
+class RecordSpan(tuple):
+    """One record of decompressed records data: its bytes ``data[start:end]`` (length
+    varint included), offset and timestamp deltas, key (None when null) and whether its value
+    is null (a tombstone); ``rest`` is where the fields after the timestamp delta begin."""
+
+    __slots__ = ()
+    start = property(itemgetter(0))
+    end = property(itemgetter(1))
+    offset_delta = property(itemgetter(2))
+    timestamp_delta = property(itemgetter(3))
+    rest = property(itemgetter(4))
+    key = property(itemgetter(5))
+    null_value = property(itemgetter(6))
+
+
+def control_key_type(key: bytes | None) -> int:
+    """The type (ControlType) of a control record's key; -1 when it is not one."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return -1
+    return _CONTROL_KEY.unpack_from(key)[1]
+
+
+def record_spans(data: bytes | memoryview, count: int) -> list[RecordSpan]:
+    """The ``count`` records of decompressed records ``data`` as spans (the cleaner keeps or
+    drops records without decoding headers). Raises ProtocolError on framing errors."""
+    spans = []
+    n = len(data)
+    pos = 0
+    for index in range(count):
+        start = pos
+        length, pos = _read_varint(data, pos)
+        if length < 0 or length > n - pos:
+            raise ProtocolError(f"record {index}: length {length} exceeds the {n - pos} bytes left")
+        end = pos + length
+        pos += 1  # attributes
+        timestamp_delta, pos = _read_varlong(data, pos)
+        rest = pos
+        offset_delta, pos = _read_varint(data, pos)
+        key_length, pos = _read_varint(data, pos)
+        key = None
+        if key_length >= 0:
+            key = bytes(data[pos : pos + key_length])
+            pos += key_length
+        value_length, pos = _read_varint(data, pos)
+        if pos > end:
+            raise ProtocolError(f"record {index}: fields run past its length")
+        spans.append(RecordSpan((start, end, offset_delta, timestamp_delta, rest, key,
+                                 value_length < 0)))
+        pos = end
+    if pos != n:
+        raise ProtocolError(f"{n - pos} bytes remain after {count} records")
+    return spans
+
+
+def rebuild_batch(
+    original: BatchHeader,
+    data: bytes | memoryview,
+    kept: list[RecordSpan],
+    *,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """The batch ``original`` with only the ``kept`` records of its decompressed records
+    ``data``, as Kafka's cleaner writes it (MemoryRecords.filterTo): the same base offset,
+    last offset delta, producer id, epoch, base sequence, leader epoch, timestamp type and
+    codec; each record keeps its offset delta. With ``delete_horizon_ms`` (or the one the
+    original carries) the batch's base timestamp is that horizon and the delete-horizon flag is
+    set (KIP-534); records are re-framed so their timestamps do not change. No ``kept``
+    records: the empty batch Kafka keeps for a producer's last sequence (a header only)."""
+    old_base = original.base_timestamp
+    horizon = delete_horizon_ms
+    if horizon is None and original.has_delete_horizon:
+        horizon = old_base
+    new_base = old_base if horizon is None else horizon
+    body = bytearray()
+    for span in kept:
+        if new_base == old_base:
+            body += data[span.start : span.end]
+            continue
+        record = bytearray()
+        record.append(data[span.start + _varint_size(data, span.start)])  # attributes
+        _write_varint(record, old_base + span.timestamp_delta - new_base)
+        record += data[span.rest : span.end]
+        _write_varint(body, len(record))
+        body += record
+    max_timestamp = original.max_timestamp
+    if kept and original.timestamp_type != LOG_APPEND_TIME:
+        max_timestamp = old_base + max(span.timestamp_delta for span in kept)
+    codec = original.compression
+    payload = body if codec == 0 or not body else compress(codec, body)
+    attributes = original.attributes & ~DELETE_HORIZON_MASK
+    if horizon is not None:
+        attributes |= DELETE_HORIZON_MASK
+    batch = bytearray(HEADER_SIZE + len(payload))
+    HEADER.pack_into(
+        batch, 0, original.base_offset, MIN_BATCH_LENGTH + len(payload),
+        original.partition_leader_epoch, MAGIC, 0, attributes, original.last_offset_delta,
+        new_base, max_timestamp, original.producer_id, original.producer_epoch,
+        original.base_sequence, len(kept),
+    )  # fmt: skip
+    batch[HEADER_SIZE:] = payload
+    _UINT32.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+def _varint_size(data, pos: int) -> int:
+    size = 1
+    while data[pos] & 0x80:
+        pos += 1
+        size += 1
+    return size
+
+
+def batch_records_data(
+    buf: bytes | bytearray | memoryview, header: BatchHeader,
+    max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
+) -> bytes | memoryview:
+    """The batch's records, decompressed."""
+    region = memoryview(buf)[header.position + HEADER_SIZE : header.position + header.size]
+    if header.compression == 0:
+        return region
+    return decompress(header.compression, region, max_uncompressed)
