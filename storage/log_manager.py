@@ -41,6 +41,7 @@ from pathlib import Path
 import msgspec
 
 from protocol.errors import Error, KafkaError
+from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from storage.config import LogConfig
 from storage.fs import MetadataFileError, RealFileSystem
 from storage.partition_log import PartitionLog, partition_dir_name
@@ -364,31 +365,18 @@ class LogManager:
 
     def _read_log_start_checkpoint(self) -> dict[TopicPartition, int]:
         path = self._path(LOG_START_OFFSET_CHECKPOINT)
-        if not self.fs.exists(path):
-            return {}
         try:
-            lines = self.fs.read_file(path).decode("utf-8").splitlines()
-            if lines[0].strip() != "0":
-                raise ValueError(f"unknown version {lines[0]!r}")
-            count = int(lines[1])
-            result = {}
-            for line in lines[2 : 2 + count]:
-                topic, partition, offset = line.split()
-                result[TopicPartition(topic, int(partition))] = int(offset)
-            return result
-        except (ValueError, IndexError) as exc:
+            return read_offset_checkpoint(self.fs, path)
+        except ValueError as exc:
             log.error("ignoring malformed %s: %s", path, exc)
             return {}
 
     def _write_log_start_checkpoint(self) -> None:
         self._log_start_dirty = False
-        entries = [
-            f"{tp.topic} {tp.partition} {plog.log_start_offset}"
-            for tp, plog in self._logs.items()
+        write_offset_checkpoint(self.fs, self._path(LOG_START_OFFSET_CHECKPOINT), {
+            tp: plog.log_start_offset for tp, plog in self._logs.items()
             if plog.log_start_offset > plog.segments[0].base_offset
-        ]
-        text = "0\n" + f"{len(entries)}\n" + "".join(e + "\n" for e in entries)
-        self.fs.write_file_atomic(self._path(LOG_START_OFFSET_CHECKPOINT), text.encode())
+        })
 
     # -- partition logs ---------------------------------------------------------------------
 
