@@ -119,6 +119,7 @@ class LogSegment:
         "base_offset",
         "created_ms",
         "dir",
+        "file_suffix",
         "index_interval_bytes",
         "offset_index",
         "roll_jitter_ms",
@@ -139,9 +140,14 @@ class LogSegment:
         created_ms: int,
         roll_jitter_ms: int = 0,
         create: bool = False,
+        file_suffix: str = "",
     ):
+        """``file_suffix`` follows every file name: the cleaner writes a segment as
+        ``.cleaned`` files, then renames them ``.swap`` and finally to their own names
+        (``change_file_suffix``)."""
         self._fs = fs
         self.dir = directory
+        self.file_suffix = file_suffix
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
@@ -173,7 +179,26 @@ class LogSegment:
     # -- files ----------------------------------------------------------------------------
 
     def path(self, suffix: str) -> str:
-        return os.path.join(self.dir, segment_file_name(self.base_offset, suffix))
+        return os.path.join(self.dir,
+                            segment_file_name(self.base_offset, suffix) + self.file_suffix)
+
+    def change_file_suffix(self, new_suffix: str) -> None:
+        """Rename the segment's files from its file suffix to ``new_suffix`` (open handles
+        keep working: renames do not touch them)."""
+        old = {s: self.path(s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX,
+                                          TXN_INDEX_SUFFIX)}
+        self.file_suffix = new_suffix
+        if self._fs.exists(old[LOG_SUFFIX]):
+            self._fs.rename(old[LOG_SUFFIX], self.path(LOG_SUFFIX))
+        for index, suffix in ((self.offset_index, INDEX_SUFFIX),
+                              (self.time_index, TIME_INDEX_SUFFIX)):
+            if self._fs.exists(old[suffix]):
+                index.rename(self.path(suffix))
+            else:
+                index.path = self.path(suffix)
+        if self._fs.exists(old[TXN_INDEX_SUFFIX]):
+            self._fs.rename(old[TXN_INDEX_SUFFIX], self.path(TXN_INDEX_SUFFIX))
+        self.txn_index.path = self.path(TXN_INDEX_SUFFIX)
 
     def _open_txn_index(self) -> TransactionIndex:
         path = self.path(TXN_INDEX_SUFFIX)
