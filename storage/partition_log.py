@@ -97,7 +97,13 @@ from storage.producer_state import (
     ProducerStateEntry,
     ProducerStateManager,
 )
-from storage.segment import DELETED_SUFFIX, AppendedBatch, LogSegment, SegmentRollbackError
+from storage.segment import (
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
+    AppendedBatch,
+    LogSegment,
+    SegmentRollbackError,
+)
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger("storage.partition_log")
@@ -1305,6 +1311,44 @@ class PartitionLog:
                 exc,
             )
         log.info("%s: deleted segment %d", self.topic_partition, segment.base_offset)
+
+    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
+        """Swap a cleaned segment (written as ``.cleaned`` files) in for the run of
+        non-active segments ``old`` it was cleaned from (Kafka's replaceSegments), so that a
+        crash at any moment leaves the old segments or the new one, never a mixture:
+
+        1. the new files are renamed ``.swap`` (from here recovery completes the swap:
+           ``recovery.load_segments`` removes the segments in the swap's offset range and
+           gives the swap its own names);
+        2. the old segments leave the log and their files are renamed ``.deleted`` (reads
+           in progress keep them open until they finish);
+        3. the new files get their own names, the directory is fsynced.
+        Reads started after this call see only the new segment."""
+        first = self._segments.index(old[0])
+        if (self._segments[first : first + len(old)] != old
+                or first + len(old) >= len(self._segments)
+                or new.base_offset != old[0].base_offset):
+            raise ValueError("not a run of non-active segments starting at the new base")
+        new.flush()
+        new.change_file_suffix(SWAP_SUFFIX)
+        self._fs.fsync_dir(self.dir)
+        self._segments[first : first + len(old)] = [new]
+        self._base_offsets[first : first + len(old)] = [new.base_offset]
+        for segment in old:
+            self._unflushed.pop(segment.base_offset, None)
+            if self._hw_position is not None and self._hw_position[0] is segment:
+                self._hw_position = None
+            segment.close()
+            self.deleted_files.extend(segment.rename_to_deleted())
+            if segment.base_offset != new.base_offset:
+                snapshot = self.producer_state.remove_and_mark_snapshot_for_deletion(
+                    segment.base_offset, DELETED_SUFFIX)
+                if snapshot is not None:
+                    self.deleted_files.append(snapshot)
+        new.change_file_suffix("")
+        self._fs.fsync_dir(self.dir)
+        log.info("%s: cleaned segments %s swapped in as %d", self.topic_partition,
+                 [s.base_offset for s in old], new.base_offset)
 
     def take_deleted_files(self) -> list[str]:
         """The `.deleted` files waiting to be unlinked (the caller removes them off-loop)."""

@@ -2,8 +2,11 @@
 
 Runs in an executor thread at start-up, before the partition serves anything:
 
-1. Remove leftovers: `*.deleted` (segments whose deletion was interrupted), `*.cleaned`,
-   `*.swap`, `*.tmp`, and index files whose `.log` is gone.
+1. Complete the cleaner's interrupted swaps: a `%020d.log.swap` replaces the segments in
+   its offset range and takes its own name (storage/cleaner, PartitionLog.replace_segments).
+   Then remove leftovers: `*.deleted` (segments whose deletion was interrupted), `*.cleaned`
+   (a cleaning that did not reach its swap), other `*.swap`, `*.tmp`, and index files whose
+   `.log` is gone.
 2. Open every `%020d.log` in offset order. A segment whose `.index`/`.timeindex` is missing,
    not a whole number of entries, or fails Kafka's last-entry sanity check is recovered
    (every batch CRC-checked, indexes rebuilt, invalid tail truncated).
@@ -128,9 +131,9 @@ def load_segments(
     name: str = "",
 ) -> list[LogSegment]:
     name = name or os.path.basename(directory)
+    changed_dir = _complete_swaps(fs, directory, config, now_ms, name)
     names = fs.listdir(directory)
     bases: list[int] = []
-    changed_dir = False
     for file_name in names:
         path = os.path.join(directory, file_name)
         if file_name.endswith(_LEFTOVER_SUFFIXES):
@@ -206,7 +209,11 @@ def load_segments(
                 base,
                 segment.next_offset,
             )
-        if not clean_shutdown and not last and (truncated or segment.next_offset != next_base):
+        # a gap before the next segment is a lost tail, unless the log is compacted: the
+        # cleaner leaves gaps wherever it removed the last records of a segment
+        gap = not last and segment.next_offset != next_base and (
+            "compact" not in config.cleanup_policy or segment.next_offset > next_base)
+        if not clean_shutdown and not last and (truncated or gap):
             log.warning(
                 "%s: segment %d ends at offset %d but the next starts at %d; "
                 "dropping the segments after it",
@@ -250,6 +257,41 @@ def load_segments(
             segments[-1].next_offset,
         )
     return segments
+
+
+def _complete_swaps(fs: RealFileSystem, directory: str, config: LogConfig, now_ms: int,
+                    name: str) -> bool:
+    """Finish the cleaner's swaps a crash interrupted (Kafka's LogLoader for ``.swap``
+    files): a ``<base>.log.swap`` was fsynced whole, with its ``.txnindex``, before it got
+    that name, so it replaces every segment in its offset range and takes its own names
+    (offset and time indexes rebuilt). Other
+    ``.swap`` files (an index whose log is not a swap) are left for the leftover sweep."""
+    swaps = sorted(parsed[0] for file_name in fs.listdir(directory)
+                   if (parsed := parse_segment_file_name(file_name)) is not None
+                   and parsed[1] == LOG_SUFFIX + SWAP_SUFFIX)
+    for base in swaps:
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # rebuilt from the log below
+            path = os.path.join(directory, f"{base:020d}{suffix}{SWAP_SUFFIX}")
+            if fs.exists(path):
+                fs.remove(path)
+        swap = LogSegment(fs, directory, base, index_interval_bytes=config.index_interval_bytes,
+                          max_index_size=config.segment_index_bytes, created_ms=now_ms,
+                          file_suffix=SWAP_SUFFIX)
+        swap.recover(0)
+        end = swap.next_offset
+        for file_name in fs.listdir(directory):
+            parsed = parse_segment_file_name(file_name)
+            if (parsed is not None and base <= parsed[0] < end
+                    and parsed[1] in (LOG_SUFFIX, *_INDEX_SUFFIXES)):
+                fs.remove(os.path.join(directory, file_name))
+        swap.flush()
+        swap.change_file_suffix("")
+        swap.close()
+        log.info("%s: completed the swap of cleaned segment %d (offsets %d to %d)", name, base,
+                 base, end)
+    if swaps:
+        fs.fsync_dir(directory)
+    return bool(swaps)
 
 
 def _tail_check(segment: LogSegment) -> int:
