@@ -76,7 +76,7 @@ def write_cleaned(fs: RealFileSystem, directory: str, group: Sequence[LogSegment
     tracker = batch_filter.tracker
     try:
         for old in group:
-            for buf, header in _batches(old):
+            for buf, header in segment_batches(old):
                 kept_before = len(tracker.kept_aborted)
                 out = batch_filter.filter(buf, header)
                 for txn in tracker.kept_aborted[kept_before:]:
@@ -89,16 +89,21 @@ def write_cleaned(fs: RealFileSystem, directory: str, group: Sequence[LogSegment
         cleaned.on_become_inactive()
         cleaned.flush()
     except BaseException:
-        cleaned.close()
-        for path in (cleaned.path(s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX,
-                                               TXN_INDEX_SUFFIX)):
-            if fs.exists(path):
-                fs.remove(path)
+        discard_cleaned(fs, cleaned)
         raise
     return cleaned
 
 
-def _batches(segment: LogSegment):
+def discard_cleaned(fs: RealFileSystem, cleaned: LogSegment) -> None:
+    """Close a cleaned segment that will not be swapped in and remove its files."""
+    cleaned.close()
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+        path = cleaned.path(suffix)
+        if fs.exists(path):
+            fs.remove(path)
+
+
+def segment_batches(segment: LogSegment):
     """(buffer, header at position 0) for each batch of ``segment``, read a chunk at a time."""
     chunk_start = chunk_end = 0
     chunk = b""

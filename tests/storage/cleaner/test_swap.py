@@ -12,7 +12,7 @@ import pytest
 from protocol.records import BatchHeader, iter_batches
 from storage.cleaner.filter import BatchFilter, build_offset_map
 from storage.cleaner.offset_map import OffsetMap
-from storage.cleaner.writer import _batches, group_segments, write_cleaned
+from storage.cleaner.writer import group_segments, segment_batches, write_cleaned
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
 from storage.segment import SWAP_SUFFIX
@@ -41,7 +41,7 @@ def cleaning(h: History, plog):
     segments = plog.segments
     end = plog.active_segment.base_offset
     offset_map = OffsetMap(1 << 20)
-    build_offset_map((b for s in segments[:-1] for b in _batches(s)), h.aborted, 0, offset_map)
+    build_offset_map((b for s in segments[:-1] for b in segment_batches(s)), h.aborted, 0, offset_map)
     f = BatchFilter(offset_map, h.aborted, now_ms=T0, delete_retention_ms=DAY,
                     last_batch_of_producer=h.last_batch)
     groups = group_segments(segments, 3 * CONFIG.segment_bytes, CONFIG.segment_index_bytes, end)

@@ -10,7 +10,7 @@ import os
 from protocol.records import BatchHeader, iter_batches
 from storage.cleaner.filter import BatchFilter, build_offset_map
 from storage.cleaner.offset_map import OffsetMap
-from storage.cleaner.writer import _batches, group_segments, write_cleaned
+from storage.cleaner.writer import group_segments, segment_batches, write_cleaned
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
 from storage.segment import CLEANED_SUFFIX, LogSegment
@@ -47,7 +47,7 @@ def test_cleaned_segments_hold_the_filter_output(tmp_path):
 
     def all_batches():
         for segment in segments[:-1]:
-            yield from _batches(segment)
+            yield from segment_batches(segment)
 
     offset_map = OffsetMap(1 << 20)
     assert not build_offset_map(all_batches(), h.aborted, 0, offset_map)

@@ -1,0 +1,101 @@
+"""One cleaning end to end (storage/cleaner/cleaner.py): a compacted partition log written
+through the append path, cleaned from its checkpoint to its cleanable end with the work in a
+worker thread, swapped in, checkpointed; then the delete horizon's second pass."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from protocol.records import BatchHeader
+from storage.checkpoint import read_offset_checkpoint
+from storage.cleaner.cleaner import (
+    CLEANER_OFFSET_CHECKPOINT,
+    CleanerCheckpoint,
+    _aborted_transactions,
+    clean_partition,
+)
+from storage.config import LogConfig
+from storage.fs import RealFileSystem
+from tests.storage.cleaner.history import T0, History, read
+from tests.storage.cleaner.test_filter import latest_per_key
+from tests.storage.log_helpers import TP, FakeClock, open_log, read_all
+
+DAY = 86_400_000
+
+
+def build(directory, history: History, **overrides):
+    config = LogConfig.from_overrides(LogConfig(), {
+        "segment.bytes": "700", "index.interval.bytes": "100", "cleanup.policy": "compact",
+        "delete.retention.ms": str(DAY), **overrides})
+    plog = open_log(directory, config, clock=FakeClock(T0))
+    for batch in history.batches:
+        control = BatchHeader(memoryview(batch)).is_control
+        plog.append(bytearray(batch), origin="coordinator" if control else "client")
+    return plog
+
+
+def history() -> History:
+    h = History(codec=4)
+    for i in range(80):
+        h.data([(b"k%d" % (i % 9), b"v%d" % i)], pid=5)
+        if i % 11 == 2:
+            h.data([(b"k3", b"txn-%d" % i), (b"z", b"txn")], pid=9, transactional=True)
+        if i % 11 == 5:
+            h.end(9, commit=i % 22 == 5)
+        if i == 70:
+            h.data([(b"k4", None)])  # a tombstone
+    return h
+
+
+def batches_of(plog) -> list[bytes]:
+    data = read_all(plog)
+    out, pos = [], 0
+    while pos < len(data):
+        size = BatchHeader(memoryview(data), pos).size
+        out.append(data[pos : pos + size])
+        pos += size
+    return out
+
+
+async def test_a_cleaning_keeps_the_latest_values_and_checkpoints(tmp_path):
+    h = history()
+    plog = build(tmp_path / "t-0", h)
+    fs = RealFileSystem()
+    checkpoint = CleanerCheckpoint(fs, str(tmp_path / CLEANER_OFFSET_CHECKPOINT))
+    before = batches_of(plog)
+    aborted_before = _aborted_transactions(plog.segments)
+    segments_before = len(plog.segments)
+    with ThreadPoolExecutor(1) as executor:
+        result = await clean_partition(plog, checkpoint, executor, dedupe_buffer_bytes=1 << 20,
+                                       now_ms=T0 + 1, fs=fs)
+        assert result is not None and result.bytes_after < result.bytes_before / 2
+        assert result.stats.aborted_records_removed > 0
+        after = batches_of(plog)
+        aborted_after = _aborted_transactions(plog.segments)
+        end = result.end_offset
+        # below the cleaned end: latest value per key, nothing aborted; above: untouched
+        assert latest_per_key(read(after, aborted_after, committed=True)) == latest_per_key(
+            read(before, aborted_before, committed=True))
+        assert not {o for o, _, _ in read(after, [], committed=False)} & h.aborted_offsets
+        assert [b for b in after if BatchHeader(memoryview(b)).base_offset >= end] == [
+            b for b in before if BatchHeader(memoryview(b)).base_offset >= end]
+        assert len(plog.segments) == segments_before  # full segments: one group each
+        assert read_offset_checkpoint(fs, tmp_path / CLEANER_OFFSET_CHECKPOINT) == {TP: end}
+        # nothing dirty left below the active segment: nothing to do
+        assert await clean_partition(plog, checkpoint, executor, dedupe_buffer_bytes=1 << 20,
+                                     now_ms=T0 + 2, fs=fs) is None
+        # past the delete horizon, from the log start again: the tombstone goes
+        checkpoint.forget(TP)
+        assert (None, b"k4") in [(v, k) for _, k, v in read(after, [], committed=True)]
+        await clean_partition(plog, checkpoint, executor, dedupe_buffer_bytes=1 << 20,
+                              now_ms=T0 + 2 + DAY, fs=fs)
+        final = batches_of(plog)
+        assert (None, b"k4") not in [(v, k) for _, k, v in read(final, [], committed=True)]
+        assert len(plog.segments) < segments_before  # the small cleaned segments merged
+    for path in plog.take_deleted_files():
+        os.remove(path)
+    plog.close()
+    again = open_log(tmp_path / "t-0", plog.config, clock=FakeClock(T0), clean=False)
+    assert batches_of(again) == final
+    again.close()
