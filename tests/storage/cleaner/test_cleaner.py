@@ -93,7 +93,7 @@ async def test_a_cleaning_keeps_the_latest_values_and_checkpoints(tmp_path):
         final = batches_of(plog)
         assert (None, b"k4") not in [(v, k) for _, k, v in read(final, [], committed=True)]
         assert len(plog.segments) < segments_before  # the small cleaned segments merged
-    for path in plog.take_deleted_files():
+    for path in set(plog.take_deleted_files()):  # a base offset cleaned twice: one name
         os.remove(path)
     plog.close()
     again = open_log(tmp_path / "t-0", plog.config, clock=FakeClock(T0), clean=False)
