@@ -338,6 +338,21 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = _int(
         300000, "How often retention is enforced.", lo=1, hi=INT64_MAX
     )
+    log_cleaner_enable: bool = _bool(
+        False,
+        "Run the log cleaner: compact the partitions of topics with cleanup.policy=compact.",
+        semel="off by default while compaction is being finished (Kafka: true)",
+    )
+    log_cleaner_backoff_ms: int = _int(
+        15000, "How long the cleaner sleeps when no partition needs cleaning.", lo=1,
+        hi=INT64_MAX,
+    )
+    log_cleaner_dedupe_buffer_size: int = _int(
+        134217728,
+        "Memory for the cleaner's key map; a partition with more distinct keys in its dirty "
+        "range than fit is cleaned in several rounds.",
+        lo=1024, hi=INT64_MAX,
+    )
     log_index_interval_bytes: int = _int(4096, "Bytes of log between two offset index entries.")
     log_index_size_max_bytes: int = _int(
         10485760, "Maximum size of an offset or time index file.", lo=4

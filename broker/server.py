@@ -81,7 +81,10 @@ class Broker:
             retention_check_interval_ms=config.log_retention_check_interval_ms,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
             producer_id_expiration_check_interval_ms=(
-                config.producer_id_expiration_check_interval_ms))
+                config.producer_id_expiration_check_interval_ms),
+            cleaner_enable=config.log_cleaner_enable,
+            cleaner_backoff_ms=config.log_cleaner_backoff_ms,
+            cleaner_dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size)
         # SCRAM credentials in the first log dir (read on first use; see its load())
         self.scram_credentials = ScramCredentialStore(Path(config.log_dirs), self.log_manager.fs)
         self.producer_id_manager = ProducerIdManager(

@@ -42,6 +42,13 @@ import msgspec
 
 from protocol.errors import Error, KafkaError
 from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from storage.cleaner.cleaner import (
+    CLEANER_OFFSET_CHECKPOINT,
+    CleanerCheckpoint,
+    CleaningResult,
+    clean_partition,
+)
+from storage.cleaner.selection import filthiest, log_to_clean
 from storage.config import LogConfig
 from storage.fs import MetadataFileError, RealFileSystem
 from storage.partition_log import PartitionLog, partition_dir_name
@@ -141,6 +148,9 @@ class LogManager:
         retention_check_interval_ms: int = 300000,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         producer_id_expiration_check_interval_ms: int = 600000,
+        cleaner_enable: bool = False,
+        cleaner_backoff_ms: int = 15000,
+        cleaner_dedupe_buffer_size: int = 134217728,
     ):
         if flush_mode not in FLUSH_MODES:
             raise ValueError(f"flush mode must be one of {FLUSH_MODES}, not {flush_mode!r}")
@@ -152,6 +162,11 @@ class LogManager:
         self.retention_check_interval_ms = retention_check_interval_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self.cleaner_enable = cleaner_enable
+        self.cleaner_backoff_ms = cleaner_backoff_ms
+        self.cleaner_dedupe_buffer_size = cleaner_dedupe_buffer_size
+        self.cleaner_checkpoint: CleanerCheckpoint | None = None
+        self._cleaner: asyncio.Task | None = None
         self.cluster_id = ""
         self.directory_id = ""
         self.topics: dict[str, TopicInfo] = {}
@@ -225,6 +240,9 @@ class LogManager:
         self._producer_expiration = loop.create_task(
             self._producer_expiration_loop(), name="semel-producer-expiration"
         )
+        self.cleaner_checkpoint = CleanerCheckpoint(fs, str(self._path(CLEANER_OFFSET_CHECKPOINT)))
+        if self.cleaner_enable:
+            self._cleaner = loop.create_task(self._cleaner_loop(), name="semel-log-cleaner")
         if self._doomed_dirs:
             self._dirty_event.set()
         self.started = True
@@ -234,7 +252,7 @@ class LogManager:
         if not self.started:
             return
         self.started = False
-        for task in (self._retention, self._producer_expiration):
+        for task in (self._retention, self._producer_expiration, self._cleaner):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -271,7 +289,8 @@ class LogManager:
             return
         self.started = False
         tasks = [
-            t for t in (self._retention, self._producer_expiration, self._flusher) if t is not None
+            t for t in (self._retention, self._producer_expiration, self._flusher, self._cleaner)
+            if t is not None
         ]
         for task in tasks:  # cancel both before yielding: no flush round may start
             task.cancel()
@@ -547,6 +566,8 @@ class LogManager:
         for p in range(info.num_partitions):
             tp = TopicPartition(name, p)
             plog = self._logs.pop(tp, None)
+            if self.cleaner_checkpoint is not None:
+                self.cleaner_checkpoint.forget(tp)
             self._dirty.pop(tp, None)
             if plog is not None:
                 plog.close(flush=False)
@@ -707,6 +728,40 @@ class LogManager:
                 await self.run_retention()
             except Exception:
                 log.exception("retention check failed")
+
+    async def run_cleaner_once(self) -> CleaningResult | None:
+        """Clean the dirtiest compacted partition, if one needs it (Kafka's
+        grabFilthiestCompactedLog, then a cleaning); None when none does."""
+        now = self.clock()
+        checkpoint = self.cleaner_checkpoint
+        candidates = []
+        for tp, plog in list(self._logs.items()):
+            config = plog.config
+            if "compact" not in config.cleanup_policy or plog.closed:
+                continue
+            candidate, _ = log_to_clean(tp, plog, checkpoint.offsets.get(tp), now,
+                                        min_compaction_lag_ms=config.min_compaction_lag_ms,
+                                        max_compaction_lag_ms=config.max_compaction_lag_ms)
+            candidates.append((candidate, config.min_cleanable_dirty_ratio))
+        chosen = filthiest(candidates)
+        plog = None if chosen is None else self._logs.get(chosen.topic_partition)
+        if plog is None:
+            return None
+        result = await clean_partition(plog, checkpoint, self._executor,
+                                       dedupe_buffer_bytes=self.cleaner_dedupe_buffer_size,
+                                       now_ms=now, fs=self.fs)
+        await self.purge_deleted()
+        return result
+
+    async def _cleaner_loop(self) -> None:
+        while True:
+            try:
+                result = await self.run_cleaner_once()
+            except Exception:
+                log.exception("log cleaning failed")
+                result = None
+            if result is None:
+                await asyncio.sleep(self.cleaner_backoff_ms / 1000)
 
     async def run_producer_expiration(self) -> int:
         """Forget expired producers on every partition and snapshot the partitions whose
