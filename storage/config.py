@@ -9,8 +9,10 @@ override strings, raising `KafkaError(INVALID_CONFIG)` on an unknown key or a ba
 Used by the log: segment.bytes, segment.ms, segment.jitter.ms, segment.index.bytes,
 index.interval.bytes, retention.ms, retention.bytes, max.message.bytes,
 message.timestamp.type, message.timestamp.before.max.ms, message.timestamp.after.max.ms.
-Everything else is accepted and reported but informational (no compaction, no broker-side
-recompression, no tiered storage, one replica). Deviation: segment.bytes keeps Kafka 3.x's
+The cleaner (storage/cleaner) uses cleanup.policy, min.cleanable.dirty.ratio,
+min.compaction.lag.ms, max.compaction.lag.ms and delete.retention.ms. Everything else is
+accepted and reported but informational (no broker-side recompression, no tiered storage,
+one replica). Deviation: segment.bytes keeps Kafka 3.x's
 minimum of 14 bytes (Kafka 4.0 requires 1 MiB) so tests can roll small segments.
 """
 
