@@ -3,10 +3,12 @@
 Kafka's SkimpyOffsetMap stores a 16-byte MD5 digest of each key and its offset (24 bytes an
 entry) in ``log.cleaner.dedupe.buffer.size`` bytes filled to ``log.cleaner.io.buffer.load.
 factor`` (0.9); a partition whose dirty range holds more distinct keys is cleaned in several
-rounds, each up to the offset where the map filled. This map has the same capacity in
-entries, so the rounds fall where Kafka's do; its digests are keyed BLAKE2b with a secret
-drawn per map, so a producer cannot craft two keys that collide and make the cleaner drop a
-key's latest value (a known MD5 weakness of Kafka's map).
+rounds, each up to the offset where the map filled. Here an entry costs about 137 bytes
+(measured on CPython 3.11: the dict slot, the 16-byte digest object, the offset int), so the
+capacity is the buffer over ENTRY_BYTES: the map stays within the configured memory, and its
+rounds end earlier than Kafka's would. Digests are keyed BLAKE2b with a secret drawn per map,
+so a producer cannot craft two keys that collide and make the cleaner drop a key's latest
+value (a known MD5 weakness of Kafka's map).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 from hashlib import blake2b
 
-ENTRY_BYTES = 24  # Kafka's: a 16-byte digest and an 8-byte offset
+ENTRY_BYTES = 144  # measured ~137 bytes a key (Kafka: 24)
 DEFAULT_LOAD_FACTOR = 0.9
 
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.records import BatchHeader, iter_records, validate_batches
-from storage.cleaner.offset_map import OffsetMap
+from storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from tests.storage.cleaner.history import T0, History, clean, read
 
 DAY = 86_400_000
@@ -119,10 +119,10 @@ def test_a_small_map_cleans_in_rounds():
     h = History()
     for i in range(40):
         h.data([(b"k%d" % (i % 10), b"v%d" % i)])
-    small = OffsetMap(24 * 4).capacity  # 3 keys a round
+    small = OffsetMap(ENTRY_BYTES * 4).capacity  # 3 keys a round
     assert small == 3
     batches, _ = clean(h.batches, h.aborted, h.last_batch, now_ms=T0, retention_ms=DAY,
-                       map_bytes=24 * 4)
+                       map_bytes=ENTRY_BYTES * 4)
     assert latest_per_key(read(batches, [], committed=True)) == latest_per_key(
         read(h.batches, [], committed=True))
     assert len(read(batches, [], committed=True)) == 10
@@ -156,7 +156,7 @@ def histories(draw):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(histories(), st.booleans(), st.sampled_from([1 << 20, 24 * 4]))
+@given(histories(), st.booleans(), st.sampled_from([1 << 20, ENTRY_BYTES * 4]))
 def test_cleaning_matches_the_model(h, producers_active, map_bytes):
     original = read(h.batches, h.aborted, committed=True)
     originals = {offset: (key, value) for offset, key, value in read(h.batches, [], committed=False)}
