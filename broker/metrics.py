@@ -65,6 +65,27 @@ class BrokerMetrics:
               "Request bytes held over all connections (bounded by queued.max.request.bytes).",
               registry=self.registry).set_function(lambda: request_memory.used)
 
+    def register_cleaner(self, log_manager, clock) -> None:
+        """The log cleaner's gauges (Kafka's kafka.log:type=LogCleaner and
+        LogCleanerManager metrics), read when scraped."""
+        stats = log_manager.cleaner_stats
+        for name, doc, read in (
+            ("semel_log_cleaner_runs", "Cleanings done since start.", lambda: stats.runs),
+            ("semel_log_cleaner_bytes_read", "Bytes of segments cleaned since start.",
+             lambda: stats.bytes_read),
+            ("semel_log_cleaner_bytes_reclaimed",
+             "Bytes removed by cleanings since start (read minus written).",
+             lambda: stats.bytes_read - stats.bytes_written),
+            ("semel_log_cleaner_max_dirty_ratio",
+             "Dirty ratio of the dirtiest compacted partition at the last check.",
+             lambda: stats.max_dirty_ratio),
+            ("semel_log_cleaner_seconds_since_last_run",
+             "Seconds since the cleaner last looked for work (-1: never).",
+             lambda: -1 if stats.last_run_ms is None
+             else (clock() - stats.last_run_ms) / 1000),
+        ):
+            Gauge(name, doc, registry=self.registry).set_function(read)
+
     def register_exactly_once(self, log_manager, txn_coordinator,
                               loop: asyncio.AbstractEventLoop) -> None:
         if self._exactly_once is not None:  # a restarted broker: read on the new loop

@@ -85,6 +85,7 @@ class Broker:
             cleaner_enable=config.log_cleaner_enable,
             cleaner_backoff_ms=config.log_cleaner_backoff_ms,
             cleaner_dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size)
+        self.metrics.register_cleaner(self.log_manager, clock)
         # SCRAM credentials in the first log dir (read on first use; see its load())
         self.scram_credentials = ScramCredentialStore(Path(config.log_dirs), self.log_manager.fs)
         self.producer_id_manager = ProducerIdManager(

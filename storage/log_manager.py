@@ -45,6 +45,7 @@ from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from storage.cleaner.cleaner import (
     CLEANER_OFFSET_CHECKPOINT,
     CleanerCheckpoint,
+    CleanerStats,
     CleaningResult,
     clean_partition,
 )
@@ -166,6 +167,7 @@ class LogManager:
         self.cleaner_backoff_ms = cleaner_backoff_ms
         self.cleaner_dedupe_buffer_size = cleaner_dedupe_buffer_size
         self.cleaner_checkpoint: CleanerCheckpoint | None = None
+        self.cleaner_stats = CleanerStats()
         self._cleaner: asyncio.Task | None = None
         self.cluster_id = ""
         self.directory_id = ""
@@ -743,6 +745,9 @@ class LogManager:
                                         min_compaction_lag_ms=config.min_compaction_lag_ms,
                                         max_compaction_lag_ms=config.max_compaction_lag_ms)
             candidates.append((candidate, config.min_cleanable_dirty_ratio))
+        stats = self.cleaner_stats
+        stats.last_run_ms = now
+        stats.max_dirty_ratio = max((c.cleanable_ratio for c, _ in candidates), default=0.0)
         chosen = filthiest(candidates)
         plog = None if chosen is None else self._logs.get(chosen.topic_partition)
         if plog is None:
@@ -750,6 +755,8 @@ class LogManager:
         result = await clean_partition(plog, checkpoint, self._executor,
                                        dedupe_buffer_bytes=self.cleaner_dedupe_buffer_size,
                                        now_ms=now, fs=self.fs)
+        if result is not None:
+            stats.record(result)
         await self.purge_deleted()
         return result
 

@@ -57,6 +57,22 @@ class CleaningResult:
     stats: FilterStats
 
 
+@dataclass
+class CleanerStats:
+    """What the cleaner did since the broker started (the broker's metrics read it)."""
+
+    runs: int = 0
+    bytes_read: int = 0  # of the segments cleaned
+    bytes_written: int = 0  # of the cleaned segments that replaced them
+    max_dirty_ratio: float = 0.0  # of the dirtiest compacted partition at the last check
+    last_run_ms: int | None = None  # when the cleaner last looked for work
+
+    def record(self, result: CleaningResult) -> None:
+        self.runs += 1
+        self.bytes_read += result.bytes_before
+        self.bytes_written += result.bytes_after
+
+
 class CleanerCheckpoint:
     """``cleaner-offset-checkpoint`` in the data directory: per partition, the first dirty
     offset (the end of its last cleaning)."""

@@ -101,6 +101,12 @@ def test_compacted_topic_through_confluent_kafka(tmp_path):
 
         result = bt.call(clean())
         assert result is not None and result.bytes_after < result.bytes_before
+        metric = bt.broker.metrics.registry.get_sample_value
+        assert metric("semel_log_cleaner_runs") == 1
+        assert metric("semel_log_cleaner_bytes_reclaimed") == (
+            result.bytes_before - result.bytes_after)
+        assert metric("semel_log_cleaner_seconds_since_last_run") == 0
+        assert 0 < metric("semel_log_cleaner_max_dirty_ratio") <= 1
         after_committed = consume_all(bootstrap, topic, "read_committed")
         after_uncommitted = consume_all(bootstrap, topic, "read_uncommitted")
         assert len(after_committed) < len(before_committed)
