@@ -139,3 +139,67 @@ def test_compacted_topic_through_confluent_kafka(tmp_path):
         assert latest(reread)[b"k2"][1] == b"after-restart"
         assert {k: v for k, v in latest(reread).items() if k != b"k2"} == {
             k: v for k, v in latest(final).items() if k != b"k2"}
+
+
+def internal_logs(bt: BrokerThread):
+    return [plog for tp, plog in bt.broker.log_manager.logs.items()
+            if tp.topic in ("__consumer_offsets", "__transaction_state")]
+
+
+def test_coordinators_load_their_compacted_internal_topics(tmp_path):
+    """__consumer_offsets and __transaction_state (created compacted) cleaned after many
+    offset commits and transactions: they shrink, and after a restart the group coordinator
+    returns the latest committed offsets and the transaction coordinator resumes the
+    transactional id."""
+    overrides = {"offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
+                 "group.initial.rebalance.delay.ms": "0"}
+    async def roll_internal():
+        for plog in internal_logs(bt):
+            plog.roll()
+
+    async def clean_all():
+        results = []
+        while (result := await bt.broker.log_manager.run_cleaner_once()) is not None:
+            results.append(result)
+        return results
+
+    with BrokerThread(tmp_path / "d", overrides) as bt:
+        admin = AdminClient({"bootstrap.servers": bt.bootstrap})
+        admin.create_topics([NewTopic("data", 2)])["data"].result(30)
+        consumer = Consumer({"bootstrap.servers": bt.bootstrap, "group.id": "g",
+                             "enable.auto.commit": False})
+        txn = Producer({"bootstrap.servers": bt.bootstrap, "transactional.id": "tx-internal",
+                        "linger.ms": 0})
+        txn.init_transactions(30)
+        for i in range(1, 201):
+            consumer.commit(offsets=[TopicPartition("data", i % 2, i)], asynchronous=False)
+            if i % 20 == 0:
+                txn.begin_transaction()
+                txn.produce("data", value=b"v%d" % i, partition=0)
+                txn.commit_transaction(30)
+            if i % 50 == 0:
+                bt.call(roll_internal())
+        consumer.close()
+        bt.call(roll_internal())
+        before = sum(p.size_in_bytes for p in internal_logs(bt))
+        results = bt.call(clean_all())
+        after = sum(p.size_in_bytes for p in internal_logs(bt))
+        assert {r.topic_partition.topic for r in results} == {"__consumer_offsets",
+                                                             "__transaction_state"}
+        assert after < before / 3, (before, after)
+
+    with BrokerThread(tmp_path / "d", overrides) as again:
+        consumer = Consumer({"bootstrap.servers": again.bootstrap, "group.id": "g",
+                             "enable.auto.commit": False})
+        committed = consumer.committed([TopicPartition("data", 0), TopicPartition("data", 1)],
+                                       timeout=30)
+        assert [(tp.partition, tp.offset) for tp in committed] == [(0, 200), (1, 199)]
+        consumer.close()
+        txn = Producer({"bootstrap.servers": again.bootstrap,
+                        "transactional.id": "tx-internal", "linger.ms": 0})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        txn.produce("data", value=b"after", partition=0)
+        txn.commit_transaction(30)
+        got = consume_all(again.bootstrap, "data", "read_committed")
+        assert [v for _, _, v in got][-1] == b"after" and len(got) == 11
