@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.records import BatchHeader, iter_records, validate_batches
+from protocol.records import BatchHeader, ControlType, iter_records, validate_batches
+from storage.cleaner.filter import control_type
 from storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from tests.storage.cleaner.history import T0, History, clean, read
 
@@ -189,3 +190,67 @@ def test_cleaning_matches_the_model(h, producers_active, map_bytes):
     keyed = [o for o, k, _ in read(h.batches, h.aborted, committed=True) if k is not None]
     assert all(key is not None or offset > max(keyed, default=-1)
                for offset, key, _ in read(batches, aborted, committed=True))
+
+
+# -- a read_committed consumer reading while the cleaner runs ---------------------------------
+
+
+class Reader:
+    """A read_committed consumer as the clients implement one: each fetch returns whole
+    batches from its position and the aborted transactions (from the log's aborted-transaction
+    index) overlapping them; a producer id becomes aborted at its transaction's first offset
+    and stays so until that producer's ABORT marker."""
+
+    def __init__(self) -> None:
+        self.position = 0
+        self.aborted_pids: set[int] = set()
+        self.delivered: list[tuple[int, bytes | None, bytes | None]] = []
+
+    def fetch(self, batches: list[bytes], aborted, count: int) -> None:
+        fetched = [b for b in batches if BatchHeader(memoryview(b)).last_offset >= self.position]
+        fetched = fetched[:count]
+        if not fetched:
+            return
+        last = BatchHeader(memoryview(fetched[-1])).last_offset
+        pending = sorted((t for t in aborted
+                          if t.first_offset <= last and t.last_offset >= self.position),
+                         key=lambda t: t.first_offset)
+        for buf in fetched:
+            header = BatchHeader(memoryview(buf))
+            while pending and pending[0].first_offset <= header.last_offset:
+                self.aborted_pids.add(pending.pop(0).producer_id)
+            if header.is_control:
+                kind = control_type(buf, header)
+                if kind == ControlType.ABORT:
+                    self.aborted_pids.discard(header.producer_id)
+            elif not (header.is_transactional and header.producer_id in self.aborted_pids):
+                self.delivered += [(r.offset, r.key, r.value) for r in iter_records(buf, header)
+                                   if r.offset >= self.position]
+            self.position = header.last_offset + 1
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.lists(st.tuples(st.integers(1, 4), st.integers(0, 400)), min_size=1,
+                             max_size=30))
+def test_a_consumer_reading_while_the_cleaner_runs_sees_no_aborted_data(h, steps):
+    """Between two fetches the cleaner runs with the clock moved on, but less than
+    delete.retention.ms (the time Kafka gives a consumer to finish reading through a
+    transaction): the consumer never delivers aborted data, and delivers every record that is
+    its key's latest committed one (never cleaned away) past where it started."""
+    retention = 1000
+    batches, aborted, now = h.batches, h.aborted, T0
+    reader = Reader()
+    for count, elapsed in steps:
+        reader.fetch(batches, aborted, count)
+        now += elapsed
+        batches, aborted = clean(batches, aborted, h.last_batch, now_ms=now,
+                                 retention_ms=retention)
+    while reader.position < h.next_offset and any(
+            BatchHeader(memoryview(b)).last_offset >= reader.position for b in batches):
+        reader.fetch(batches, aborted, 4)
+    assert not {o for o, _, _ in reader.delivered} & h.aborted_offsets
+    committed = read(h.batches, h.aborted, committed=True)
+    delivered = set(reader.delivered)
+    for key, (offset, value) in latest_per_key(committed).items():
+        if key is not None and value is not None:
+            assert (offset, key, value) in delivered
