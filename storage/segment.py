@@ -573,14 +573,13 @@ class LogSegment:
         self.txn_index.close()
 
     def rename_to_deleted(self) -> list[str]:
-        """Rename every file of the segment to `<name>.deleted`; returns the new paths."""
-        renamed = []
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            path = self.path(suffix)
-            if self._fs.exists(path):
-                self._fs.rename(path, path + DELETED_SUFFIX)
-                renamed.append(path + DELETED_SUFFIX)
-        return renamed
+        """Rename every file of the segment to `<name>.deleted`; returns the new paths. The
+        segment follows its files: a reader still holding it (a coordinator loading, a fetch)
+        that reopens one reads the old data, never a cleaned segment that took the name."""
+        suffixes = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+        present = [s for s in suffixes if self._fs.exists(self.path(s))]
+        self.change_file_suffix(self.file_suffix + DELETED_SUFFIX)
+        return [self.path(s) for s in present]
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

@@ -117,3 +117,21 @@ def test_a_crash_during_the_swap_leaves_old_or_new(tmp_path, phase):
     names = os.listdir(tmp_path / "t-0")
     assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))]
     again.close()
+
+
+def test_a_reader_holding_the_old_segments_reads_them_to_the_end(tmp_path):
+    """A reader that took the segment list before the swap (the group coordinator loading
+    its partition, a recovery scan) goes on reading the old segments' bytes: their files were
+    renamed .deleted and the segments follow them, so reopening one never reads the cleaned
+    segment that took its name."""
+    h, plog = written_log(tmp_path / "t-0")
+    before = read_all(plog)
+    pairs = cleaning(h, plog)
+    reader = plog.iter_batches_from(0, with_data=True)
+    seen = [bytes(next(reader)[1])]
+    for cleaned, group in pairs:
+        plog.replace_segments(cleaned, group)
+    seen += [bytes(data) for _, data in reader]
+    assert b"".join(seen) == before
+    remove_deleted(plog)
+    plog.close()
