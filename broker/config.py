@@ -550,6 +550,10 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = _int(
         50, "Partitions of __consumer_offsets (fixed once created).", lo=1
     )
+    offsets_topic_segment_bytes: int = _int(
+        104857600, "Segment size of __consumer_offsets (set when it is created); smaller "
+        "segments let the cleaner compact it sooner.", lo=14,
+    )
     offsets_retention_minutes: int = _int(
         10080, "Committed offsets of an empty group are kept this long.", lo=1
     )
@@ -571,6 +575,10 @@ class BrokerConfig:
     )
     transaction_state_log_num_partitions: int = _int(
         50, "Partitions of __transaction_state (fixed once created).", lo=1
+    )
+    transaction_state_log_segment_bytes: int = _int(
+        104857600, "Segment size of __transaction_state (set when it is created); smaller "
+        "segments let the cleaner compact it sooner.", lo=14,
     )
     transaction_partition_verification_enable: bool = _bool(
         True, "Verify a partition was added to the transaction before a transactional write."

@@ -36,4 +36,5 @@ class GroupConfig:
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
             offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+            offsets_topic_segment_bytes=config.offsets_topic_segment_bytes,
         )

@@ -29,6 +29,7 @@ class TxnConfig:
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
             transaction_max_timeout_ms=config.transaction_max_timeout_ms,
             transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,
+            transaction_state_log_segment_bytes=config.transaction_state_log_segment_bytes,
             abort_timed_out_transaction_cleanup_interval_ms=(
                 config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
             remove_expired_transaction_cleanup_interval_ms=(
