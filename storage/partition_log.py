@@ -261,6 +261,8 @@ class PartitionLog:
         self.offline = False
         self.closed = False
         self.deleted_files: list[str] = []  # renamed *.deleted files awaiting removal
+        # deleted segments and their renamed files, removed once no reader pins the segment
+        self._deleted_segments: list[tuple[LogSegment, list[str]]] = []
         self.dirty_listener: Callable[[PartitionLog], None] | None = None
         self.high_watermark_listener: Callable[[PartitionLog], None] | None = None
         self.log_start_offset_listener: Callable[[PartitionLog], None] | None = None
@@ -1134,17 +1136,23 @@ class PartitionLog:
         """Every batch from the one containing `start_offset` to the log end, with its bytes
         when `with_data` (header.position is then 0 within them). For rebuilding state
         (producer state, transaction index) at recovery."""
-        i = self._segment_index(start_offset)
-        for segment in self._segments[i:]:
-            found = segment.translate_offset(start_offset)
-            if found is None:
-                continue
-            for position, header in segment.iter_headers(found[0]):
-                if with_data:
-                    data = segment.read(position, header.size)
-                    yield BatchHeader(data, 0), data
-                else:
-                    yield header, None
+        segments = self._segments[self._segment_index(start_offset) :]
+        for segment in segments:  # kept open to the end even if the cleaner or retention
+            segment.pin()         # replaces or deletes them meanwhile
+        try:
+            for segment in segments:
+                found = segment.translate_offset(start_offset)
+                if found is None:
+                    continue
+                for position, header in segment.iter_headers(found[0]):
+                    if with_data:
+                        data = segment.read(position, header.size)
+                        yield BatchHeader(data, 0), data
+                    else:
+                        yield header, None
+        finally:
+            for segment in segments:
+                segment.unpin()
 
     def offset_for_timestamp(
         self, timestamp: int, upper_bound: int | None = None
@@ -1297,7 +1305,7 @@ class PartitionLog:
             self._hw_position = None
         segment.close()
         try:
-            self.deleted_files.extend(segment.rename_to_deleted())
+            self._deleted_segments.append((segment, segment.rename_to_deleted()))
             snapshot = self.producer_state.remove_and_mark_snapshot_for_deletion(
                 segment.base_offset, DELETED_SUFFIX
             )
@@ -1339,7 +1347,7 @@ class PartitionLog:
             if self._hw_position is not None and self._hw_position[0] is segment:
                 self._hw_position = None
             segment.close()
-            self.deleted_files.extend(segment.rename_to_deleted())
+            self._deleted_segments.append((segment, segment.rename_to_deleted()))
             if segment.base_offset != new.base_offset:
                 snapshot = self.producer_state.remove_and_mark_snapshot_for_deletion(
                     segment.base_offset, DELETED_SUFFIX)
@@ -1353,6 +1361,13 @@ class PartitionLog:
     def take_deleted_files(self) -> list[str]:
         """The `.deleted` files waiting to be unlinked (the caller removes them off-loop)."""
         files, self.deleted_files = self.deleted_files, []
+        kept = []
+        for segment, paths in self._deleted_segments:
+            if segment.pinned:  # a reader is still on it: its files go at a later purge
+                kept.append((segment, paths))
+            else:
+                files += paths
+        self._deleted_segments = kept
         return files
 
     def truncate_to(self, offset: int) -> None:

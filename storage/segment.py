@@ -538,6 +538,10 @@ class LogSegment:
         if self._max_timestamp >= 0:
             self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
 
+    @property
+    def pinned(self) -> bool:
+        return self._pins > 0
+
     def pin(self) -> None:
         self._pins += 1
 
