@@ -53,7 +53,10 @@ Batch = tuple[bytes | bytearray | memoryview, BatchHeader]
 
 def control_type(buf, header: BatchHeader) -> int:
     """The control record type of a control batch (COMMIT, ABORT, ...); -1 if unreadable."""
-    spans = record_spans(batch_records_data(buf, header), header.record_count)
+    return _control_kind(record_spans(batch_records_data(buf, header), header.record_count))
+
+
+def _control_kind(spans: list) -> int:
     return control_key_type(spans[0].key) if spans else -1
 
 
@@ -163,8 +166,7 @@ class BatchFilter:
         data = batch_records_data(buf, header)
         spans = record_spans(data, header.record_count)
         if header.is_control:
-            kind = control_key_type(spans[0].key) if spans else -1
-            removable = self.tracker.on_marker(header, kind)
+            removable = self.tracker.on_marker(header, _control_kind(spans))
             discard = (removable and header.has_delete_horizon
                        and header.base_timestamp <= self.now_ms)
             kept = [] if discard else spans

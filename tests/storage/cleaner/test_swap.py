@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from protocol.records import BatchHeader, iter_batches
+from protocol.records import BatchHeader, iter_batches, iter_records
 from storage.cleaner.filter import BatchFilter, build_offset_map
 from storage.cleaner.offset_map import OffsetMap
 from storage.cleaner.writer import group_segments, segment_batches, write_cleaned
@@ -49,8 +49,6 @@ def cleaning(h: History, plog):
 
 
 def records(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
-    from protocol.records import iter_records
-
     return [(r.offset, r.key, r.value) for h in iter_batches(data)
             for r in iter_records(data, h)]
 
