@@ -49,7 +49,10 @@ from storage.cleaner.cleaner import (
     CleaningResult,
     clean_partition,
 )
+from storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
+from storage.cleaner.process import CleanerProcess, CleanerThread
 from storage.cleaner.selection import filthiest, log_to_clean
+from storage.cleaner.worker import UNLIMITED
 from storage.config import LogConfig
 from storage.fs import MetadataFileError, RealFileSystem
 from storage.partition_log import PartitionLog, partition_dir_name
@@ -152,6 +155,9 @@ class LogManager:
         cleaner_enable: bool = False,
         cleaner_backoff_ms: int = 15000,
         cleaner_dedupe_buffer_size: int = 134217728,
+        cleaner_io_buffer_load_factor: float = DEFAULT_LOAD_FACTOR,
+        cleaner_io_max_bytes_per_second: float = UNLIMITED,
+        cleaner_worker: CleanerProcess | CleanerThread | None = None,
     ):
         if flush_mode not in FLUSH_MODES:
             raise ValueError(f"flush mode must be one of {FLUSH_MODES}, not {flush_mode!r}")
@@ -166,6 +172,10 @@ class LogManager:
         self.cleaner_enable = cleaner_enable
         self.cleaner_backoff_ms = cleaner_backoff_ms
         self.cleaner_dedupe_buffer_size = cleaner_dedupe_buffer_size
+        self.cleaner_io_buffer_load_factor = cleaner_io_buffer_load_factor
+        self.cleaner_io_max_bytes_per_second = cleaner_io_max_bytes_per_second
+        # the cleaner's heavy part: a child process, started at the first cleaning
+        self.cleaner_worker = cleaner_worker if cleaner_worker is not None else CleanerProcess()
         self.cleaner_checkpoint: CleanerCheckpoint | None = None
         self.cleaner_stats = CleanerStats()
         self._cleaner: asyncio.Task | None = None
@@ -259,6 +269,7 @@ class LogManager:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await self.cleaner_worker.close()
         self._stopping = True
         if self._flusher is not None:
             self._dirty_event.set()
@@ -299,6 +310,7 @@ class LogManager:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.cleaner_worker.close()
         for plog in self._logs.values():
             plog.close(flush=False)
         self._logs.clear()
@@ -752,9 +764,11 @@ class LogManager:
         plog = None if chosen is None else self._logs.get(chosen.topic_partition)
         if plog is None:
             return None
-        result = await clean_partition(plog, checkpoint, self._executor,
-                                       dedupe_buffer_bytes=self.cleaner_dedupe_buffer_size,
-                                       now_ms=now, fs=self.fs)
+        result = await clean_partition(
+            plog, checkpoint, self.cleaner_worker,
+            dedupe_buffer_bytes=self.cleaner_dedupe_buffer_size, now_ms=now, fs=self.fs,
+            load_factor=self.cleaner_io_buffer_load_factor,
+            max_io_bytes_per_second=self.cleaner_io_max_bytes_per_second)
         if result is not None:
             stats.record(result)
         await self.purge_deleted()

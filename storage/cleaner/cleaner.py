@@ -3,37 +3,29 @@ checkpoint.
 
 ``clean_partition`` (async, on the event loop):
 1. on the loop: the cleanable range (selection.py), the segments to clean pinned (reads
-   and a retention or topic deletion meanwhile do not close them under the worker), the
-   aborted transactions of their ``.txnindex`` files and each active producer's last data
-   offset taken;
-2. in a worker thread (the loop keeps serving; the work is CPU and reads of immutable
-   segments): the offset map over the dirty range, then each group of segments written
-   as a ``.cleaned`` segment (writer.py);
-3. on the loop: each cleaned segment swapped in (PartitionLog.replace_segments) if its
-   group is still the log's (a group deleted meanwhile loses its cleaned copy), the
+   and a retention or topic deletion meanwhile do not close them), and a ``CleaningJob``
+   taken: the segments' files, the aborted transactions of their ``.txnindex`` files, each
+   active producer's last data offset;
+2. in the worker (process.py: the broker's cleaner process, or a thread in tests): the
+   offset map over the dirty range, then each group of segments written as ``.cleaned``
+   files (worker.py, writer.py);
+3. on the loop: each cleaned segment opened and swapped in (PartitionLog.replace_segments)
+   if its group is still the log's (a group deleted meanwhile loses its cleaned copy), the
    segments unpinned, the checkpoint advanced to the end of what the map covered.
-A worker thread rather than a process: the filter and the decompressors spend their time
-in C (zlib, lz4, zstd, crc32c release the GIL), the segments are read through the same
-LogSegment objects, and the swap needs the live PartitionLog.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
-from storage.cleaner.filter import BatchFilter, FilterStats, build_offset_map
-from storage.cleaner.offset_map import OffsetMap
+from storage.cleaner.filter import FilterStats
+from storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
+from storage.cleaner.process import CleanerProcess, CleanerThread
 from storage.cleaner.selection import cleanable_range
-from storage.cleaner.writer import (
-    discard_cleaned,
-    group_segments,
-    segment_batches,
-    write_cleaned,
-)
+from storage.cleaner.worker import UNLIMITED, CleaningJob
+from storage.cleaner.writer import SegmentFile, open_cleaned, remove_cleaned
 from storage.fs import RealFileSystem
 from storage.partition_log import PartitionLog
 from storage.segment import LogSegment
@@ -55,6 +47,9 @@ class CleaningResult:
     bytes_before: int
     bytes_after: int
     stats: FilterStats
+    map_entries: int  # keys in the offset map
+    worker_max_rss_bytes: int  # peak memory of the cleaner process (0 in a thread)
+    worker_seconds: float
 
 
 @dataclass
@@ -66,11 +61,15 @@ class CleanerStats:
     bytes_written: int = 0  # of the cleaned segments that replaced them
     max_dirty_ratio: float = 0.0  # of the dirtiest compacted partition at the last check
     last_run_ms: int | None = None  # when the cleaner last looked for work
+    worker_max_rss_bytes: int = 0  # peak memory of the cleaner process so far
+    map_entries: int = 0  # keys in the offset map of the last cleaning
 
     def record(self, result: CleaningResult) -> None:
         self.runs += 1
         self.bytes_read += result.bytes_before
         self.bytes_written += result.bytes_after
+        self.worker_max_rss_bytes = max(self.worker_max_rss_bytes, result.worker_max_rss_bytes)
+        self.map_entries = result.map_entries
 
 
 class CleanerCheckpoint:
@@ -96,11 +95,12 @@ class CleanerCheckpoint:
 
 
 async def clean_partition(plog: PartitionLog, checkpoint: CleanerCheckpoint,
-                          executor: Executor | None, *, dedupe_buffer_bytes: int,
+                          worker: CleanerProcess | CleanerThread, *, dedupe_buffer_bytes: int,
                           now_ms: int, fs: RealFileSystem,
-                          load_factor: float = 0.9) -> CleaningResult | None:
+                          load_factor: float = DEFAULT_LOAD_FACTOR,
+                          max_io_bytes_per_second: float = UNLIMITED) -> CleaningResult | None:
     """Clean ``plog`` once, from its checkpoint to its cleanable end; None when there is
-    nothing to clean."""
+    nothing to clean. Raises CleanerError when the worker failed (nothing changed)."""
     tp = plog.topic_partition
     config = plog.config
     rng = cleanable_range(plog, checkpoint.offsets.get(tp), now_ms, config.min_compaction_lag_ms)
@@ -110,42 +110,44 @@ async def clean_partition(plog: PartitionLog, checkpoint: CleanerCheckpoint,
     segments = [s for s in plog.segments[:-1] if s.base_offset < uncleanable]
     if not segments or rng.first_dirty_offset >= uncleanable:
         return None
-    aborted = _aborted_transactions(segments)
-    last_batches = {pid: entry.last_data_offset
-                    for pid, entry in plog.producer_state.producers.items()
-                    if entry.last_data_offset >= 0}
+    job = CleaningJob(
+        plog.dir, config, tuple(SegmentFile.of(s) for s in segments), rng.first_dirty_offset,
+        uncleanable, tuple(_aborted_transactions(segments)),
+        {pid: entry.last_data_offset for pid, entry in plog.producer_state.producers.items()
+         if entry.last_data_offset >= 0},
+        now_ms, dedupe_buffer_bytes, load_factor, max_io_bytes_per_second)
     for segment in segments:
         segment.pin()
     try:
-        loop = asyncio.get_running_loop()
-        work = await loop.run_in_executor(executor, _clean_segments, fs, plog.dir, config,
-                                          segments, rng.first_dirty_offset, uncleanable,
-                                          aborted, last_batches, now_ms, dedupe_buffer_bytes,
-                                          load_factor)
+        output = await worker.run(job)
     finally:
         for segment in segments:
             segment.unpin()
-    if work is None:
+    if output is None:
         checkpoint.update(tp, uncleanable)
         return None
-    end, pairs, stats = work
-    before = sum(s.size for _, group in pairs for s in group)
-    swapped = 0
-    for cleaned, group in pairs:
+    by_base = {s.base_offset: s for s in segments}
+    before = after = swapped = 0
+    for cleaned in output.groups:
+        group = [by_base[base] for base in cleaned.old_base_offsets]
+        before += sum(s.size for s in group)
+        after += cleaned.size
         live = plog.segments
         if all(s in live for s in group) and not plog.closed:
-            plog.replace_segments(cleaned, group)
+            plog.replace_segments(open_cleaned(fs, plog.dir, cleaned.base_offset, config,
+                                               now_ms), group)
             swapped += 1
         else:
-            discard_cleaned(fs, cleaned)
-    if swapped == len(pairs):
-        checkpoint.update(tp, end)
-    after = sum(c.size for c, _ in pairs)
-    log.info("%s: cleaned offsets [%d, %d): %d segment(s) of %d bytes into %d of %d bytes",
-             tp, rng.first_dirty_offset, end, sum(len(g) for _, g in pairs), before,
-             len(pairs), after)
-    return CleaningResult(tp, rng.first_dirty_offset, end, sum(len(g) for _, g in pairs),
-                          len(pairs), before, after, stats)
+            remove_cleaned(fs, plog.dir, cleaned.base_offset)
+    if swapped == len(output.groups):
+        checkpoint.update(tp, output.end_offset)
+    replaced = sum(len(g.old_base_offsets) for g in output.groups)
+    log.info("%s: cleaned offsets [%d, %d): %d segment(s) of %d bytes into %d of %d bytes "
+             "in %.2f s", tp, rng.first_dirty_offset, output.end_offset, replaced, before,
+             len(output.groups), after, output.seconds)
+    return CleaningResult(tp, rng.first_dirty_offset, output.end_offset, replaced,
+                          len(output.groups), before, after, output.stats,
+                          output.map_entries, output.max_rss_bytes, output.seconds)
 
 
 def _aborted_transactions(segments: list[LogSegment]) -> list[AbortedTxn]:
@@ -154,31 +156,3 @@ def _aborted_transactions(segments: list[LogSegment]) -> list[AbortedTxn]:
         txns, _ = segment.collect_aborted_txns(0, 2**63 - 1)
         found.update(dict.fromkeys(txns))
     return list(found)
-
-
-def _clean_segments(fs: RealFileSystem, directory: str, config, segments: list[LogSegment],
-                    first_dirty: int, uncleanable: int, aborted: list[AbortedTxn],
-                    last_batches: dict[int, int], now_ms: int, buffer_bytes: int,
-                    load_factor: float):
-    """The worker thread's part: the map, then the cleaned groups (``.cleaned`` files)."""
-    offset_map = OffsetMap(buffer_bytes, load_factor)
-    dirty = [s for s in segments
-             if s.next_offset > first_dirty]  # the segments holding the dirty range
-    build_offset_map((b for s in dirty for b in segment_batches(s)), aborted, first_dirty, offset_map)
-    if offset_map.latest_offset < 0:
-        return None  # no key in the dirty range: nothing to deduplicate
-    end = min(offset_map.latest_offset + 1, uncleanable)
-    batch_filter = BatchFilter(offset_map, aborted, now_ms=now_ms,
-                               delete_retention_ms=config.delete_retention_ms,
-                               last_batch_of_producer=last_batches)
-    pairs: list[tuple[LogSegment, list[LogSegment]]] = []
-    try:
-        for group in group_segments(segments, config.segment_bytes, config.segment_index_bytes,
-                                    end):
-            pairs.append((write_cleaned(fs, directory, group, batch_filter, config, now_ms),
-                          group))
-    except BaseException:
-        for cleaned, _ in pairs:
-            discard_cleaned(fs, cleaned)
-        raise
-    return end, pairs, batch_filter.stats

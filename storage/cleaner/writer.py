@@ -1,20 +1,25 @@
 """The cleaned copy of a group of segments: Kafka's LogCleaner.cleanSegments up to the swap.
 
-``group_segments`` cuts the cleanable segments into groups whose cleaned output fits one
-segment (Kafka's groupSegmentsBySize: the group's log bytes at most ``segment.bytes``, its
-index bytes at most ``segment.index.bytes``, its offsets within an int32 of its base).
-``write_cleaned`` writes one group's surviving batches (``BatchFilter``) into a new
-segment at the group's base offset, as ``.cleaned`` files: the log, its offset and time
-indexes (built by ``LogSegment.append``, as for any append) and its ``.txnindex`` (the
-aborted transactions whose data remains in it), fsynced. The old segments are only read;
-the caller swaps the result in.
+The cleaner's worker (worker.py, usually in its own process) sees the segments to clean as
+``SegmentFile`` descriptions taken on the event loop (base offset, next offset, byte size,
+index sizes, the ``.log`` path); it reads their bytes by path, up to the size taken (closed
+segments do not change). ``group_segments`` cuts them into groups whose cleaned output fits
+one segment (Kafka's groupSegmentsBySize: the group's log bytes at most ``segment.bytes``,
+its index bytes at most ``segment.index.bytes``, its offsets within an int32 of its base).
+``write_cleaned`` writes one group's surviving batches (``BatchFilter``) into a new segment
+at the group's base offset, as ``.cleaned`` files: the log, its offset and time indexes
+(built by ``LogSegment.append``, as for any append) and its ``.txnindex`` (the aborted
+transactions whose data remains in it), fsynced and closed. The broker opens them again
+(``open_cleaned``) and swaps them in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
-from protocol.records import BatchHeader
+from protocol.records import HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, CorruptRecordError
 from storage.cleaner.filter import BatchFilter
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
@@ -27,15 +32,35 @@ from storage.segment import (
     TXN_INDEX_SUFFIX,
     AppendedBatch,
     LogSegment,
+    segment_file_name,
 )
 from storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 
 _INT32_MAX = 2**31 - 1
 _READ_CHUNK = 1 << 20  # bytes of batches read from an old segment at a time
+CLEANED_FILES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
-def group_segments(segments: Sequence[LogSegment], max_size: int, max_index_size: int,
-                   first_uncleanable_offset: int) -> list[list[LogSegment]]:
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    """A closed segment as the worker sees it (taken on the loop, picklable)."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    index_bytes: int
+    time_index_bytes: int
+    log_path: str
+
+    @classmethod
+    def of(cls, segment: LogSegment) -> SegmentFile:
+        return cls(segment.base_offset, segment.next_offset, segment.size,
+                   segment.offset_index.entries * OFFSET_ENTRY_SIZE,
+                   segment.time_index.entries * TIME_ENTRY_SIZE, segment.path(LOG_SUFFIX))
+
+
+def group_segments(segments: Sequence[SegmentFile], max_size: int, max_index_size: int,
+                   first_uncleanable_offset: int) -> list[list[SegmentFile]]:
     """Consecutive runs of ``segments`` (those below ``first_uncleanable_offset``) to be
     cleaned into one segment each."""
     todo = [s for s in segments if s.base_offset < first_uncleanable_offset]
@@ -43,76 +68,110 @@ def group_segments(segments: Sequence[LogSegment], max_size: int, max_index_size
     while todo:
         group = [todo.pop(0)]
         log_size = group[0].size
-        index_size, time_size = _index_bytes(group[0])
+        index_size, time_size = group[0].index_bytes, group[0].time_index_bytes
         while todo:
             nxt = todo[0]
-            nxt_index, nxt_time = _index_bytes(nxt)
             if (log_size + nxt.size > max_size
-                    or index_size + nxt_index > max_index_size
-                    or time_size + nxt_time > max_index_size
+                    or index_size + nxt.index_bytes > max_index_size
+                    or time_size + nxt.time_index_bytes > max_index_size
                     or nxt.next_offset - 1 - group[0].base_offset > _INT32_MAX):
                 break
             group.append(todo.pop(0))
             log_size += nxt.size
-            index_size += nxt_index
-            time_size += nxt_time
+            index_size += nxt.index_bytes
+            time_size += nxt.time_index_bytes
         groups.append(group)
     return groups
 
 
-def _index_bytes(segment: LogSegment) -> tuple[int, int]:
-    return (segment.offset_index.entries * OFFSET_ENTRY_SIZE,
-            segment.time_index.entries * TIME_ENTRY_SIZE)
+def file_batches(fs: RealFileSystem, segment: SegmentFile,
+                 on_read: Callable[[int], None] | None = None
+                 ) -> Iterator[tuple[bytes, BatchHeader]]:
+    """(chunk, header) for each batch of ``segment``'s log, read a chunk at a time; the
+    header's position is the batch's place in the chunk. ``on_read`` hears each chunk's
+    size (the throttle). Bytes that cannot be a batch raise CorruptRecordError."""
+    handle = fs.open(segment.log_path, create=False)
+    try:
+        position = 0
+        while position + LOG_OVERHEAD <= segment.size:
+            chunk = handle.pread(min(_READ_CHUNK, segment.size - position), position)
+            if on_read is not None:
+                on_read(len(chunk))
+            rel = 0
+            while rel + HEADER_SIZE <= len(chunk):
+                header = BatchHeader(chunk, rel)
+                if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.magic != MAGIC:
+                    raise CorruptRecordError(
+                        f"no batch at position {position + rel} of {segment.log_path}",
+                        position + rel)
+                if rel + header.size > len(chunk):
+                    break
+                yield chunk, header
+                rel += header.size
+            if rel == 0:  # one batch larger than a chunk
+                chunk = handle.pread(BatchHeader(chunk).size, position)
+                if on_read is not None:
+                    on_read(len(chunk))
+                header = BatchHeader(chunk)
+                if header.size > len(chunk):
+                    return  # a torn tail
+                yield chunk, header
+                rel = header.size
+            position += rel
+    finally:
+        handle.close()
 
 
-def write_cleaned(fs: RealFileSystem, directory: str, group: Sequence[LogSegment],
-                  batch_filter: BatchFilter, config: LogConfig, now_ms: int) -> LogSegment:
-    """The group's cleaned segment, ``.cleaned`` files, fsynced. ``batch_filter`` carries
-    the pass's state from earlier groups."""
-    cleaned = LogSegment(fs, directory, group[0].base_offset,
+def write_cleaned(fs: RealFileSystem, directory: str, group: Sequence[SegmentFile],
+                  batch_filter: BatchFilter, config: LogConfig, now_ms: int,
+                  on_io: Callable[[int], None] | None = None) -> int:
+    """Write the group's cleaned segment as ``.cleaned`` files, fsynced and closed; returns
+    its size in bytes. ``batch_filter`` carries the pass's state from earlier groups;
+    ``on_io`` hears the bytes read and written (the throttle)."""
+    base = group[0].base_offset
+    remove_cleaned(fs, directory, base)  # left by a cleaner process that died part way
+    cleaned = LogSegment(fs, directory, base,
                          index_interval_bytes=config.index_interval_bytes,
                          max_index_size=config.segment_index_bytes, created_ms=now_ms,
                          create=True, file_suffix=CLEANED_SUFFIX)
     tracker = batch_filter.tracker
     try:
         for old in group:
-            for buf, header in segment_batches(old):
+            for buf, header in file_batches(fs, old, on_io):
                 kept_before = len(tracker.kept_aborted)
                 out = batch_filter.filter(buf, header)
                 for txn in tracker.kept_aborted[kept_before:]:
                     cleaned.update_txn_index(*txn)
                 if out is None:
                     continue
-                kept = BatchHeader(memoryview(out))
+                kept = BatchHeader(out)
                 cleaned.append(out, [AppendedBatch(len(out), kept.last_offset,
                                                    kept.max_timestamp)])
+                if on_io is not None:
+                    on_io(len(out))
         cleaned.on_become_inactive()
         cleaned.flush()
+        size = cleaned.size
+        cleaned.close()
     except BaseException:
-        discard_cleaned(fs, cleaned)
+        cleaned.close()
+        remove_cleaned(fs, directory, base)
         raise
-    return cleaned
+    return size
 
 
-def discard_cleaned(fs: RealFileSystem, cleaned: LogSegment) -> None:
-    """Close a cleaned segment that will not be swapped in and remove its files."""
-    cleaned.close()
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-        path = cleaned.path(suffix)
+def open_cleaned(fs: RealFileSystem, directory: str, base_offset: int, config: LogConfig,
+                 now_ms: int) -> LogSegment:
+    """The ``.cleaned`` segment a worker wrote, opened for the swap."""
+    return LogSegment(fs, directory, base_offset,
+                      index_interval_bytes=config.index_interval_bytes,
+                      max_index_size=config.segment_index_bytes, created_ms=now_ms,
+                      file_suffix=CLEANED_SUFFIX)
+
+
+def remove_cleaned(fs: RealFileSystem, directory: str, base_offset: int) -> None:
+    """Remove the ``.cleaned`` files of ``base_offset``, if any."""
+    for suffix in CLEANED_FILES:
+        path = os.path.join(directory, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX)
         if fs.exists(path):
             fs.remove(path)
-
-
-def segment_batches(segment: LogSegment):
-    """(buffer, header at position 0) for each batch of ``segment``, read a chunk at a time."""
-    chunk_start = chunk_end = 0
-    chunk = b""
-    for position, header in segment.iter_headers(0):
-        end = position + header.size
-        if end > chunk_end:
-            chunk_start = position
-            chunk = segment.read(position, max(header.size, _READ_CHUNK))
-            chunk_end = chunk_start + len(chunk)
-        batch_start = position - chunk_start
-        buf = memoryview(chunk)[batch_start : batch_start + header.size]
-        yield buf, BatchHeader(buf)

@@ -5,7 +5,8 @@ worker thread, swapped in, checkpointed; then the delete horizon's second pass."
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from protocol.records import BatchHeader
 from storage.checkpoint import read_offset_checkpoint
@@ -15,6 +16,7 @@ from storage.cleaner.cleaner import (
     _aborted_transactions,
     clean_partition,
 )
+from storage.cleaner.process import CleanerProcess, CleanerThread
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
 from tests.storage.cleaner.history import T0, History, read
@@ -58,7 +60,15 @@ def batches_of(plog) -> list[bytes]:
     return out
 
 
-async def test_a_cleaning_keeps_the_latest_values_and_checkpoints(tmp_path):
+@pytest.fixture(params=["process", "thread"])
+async def worker(request):
+    """The broker's cleaner process, and the test thread the unit tests use."""
+    worker = CleanerProcess() if request.param == "process" else CleanerThread()
+    yield worker
+    await worker.close()
+
+
+async def test_a_cleaning_keeps_the_latest_values_and_checkpoints(tmp_path, worker):
     h = history()
     plog = build(tmp_path / "t-0", h)
     fs = RealFileSystem()
@@ -66,33 +76,32 @@ async def test_a_cleaning_keeps_the_latest_values_and_checkpoints(tmp_path):
     before = batches_of(plog)
     aborted_before = _aborted_transactions(plog.segments)
     segments_before = len(plog.segments)
-    with ThreadPoolExecutor(1) as executor:
-        result = await clean_partition(plog, checkpoint, executor, dedupe_buffer_bytes=1 << 20,
-                                       now_ms=T0 + 1, fs=fs)
-        assert result is not None and result.bytes_after < result.bytes_before / 2
-        assert result.stats.aborted_records_removed > 0
-        after = batches_of(plog)
-        aborted_after = _aborted_transactions(plog.segments)
-        end = result.end_offset
-        # below the cleaned end: latest value per key, nothing aborted; above: untouched
-        assert latest_per_key(read(after, aborted_after, committed=True)) == latest_per_key(
-            read(before, aborted_before, committed=True))
-        assert not {o for o, _, _ in read(after, [], committed=False)} & h.aborted_offsets
-        assert [b for b in after if BatchHeader(memoryview(b)).base_offset >= end] == [
-            b for b in before if BatchHeader(memoryview(b)).base_offset >= end]
-        assert len(plog.segments) == segments_before  # full segments: one group each
-        assert read_offset_checkpoint(fs, tmp_path / CLEANER_OFFSET_CHECKPOINT) == {TP: end}
-        # nothing dirty left below the active segment: nothing to do
-        assert await clean_partition(plog, checkpoint, executor, dedupe_buffer_bytes=1 << 20,
-                                     now_ms=T0 + 2, fs=fs) is None
-        # past the delete horizon, from the log start again: the tombstone goes
-        checkpoint.forget(TP)
-        assert (None, b"k4") in [(v, k) for _, k, v in read(after, [], committed=True)]
-        await clean_partition(plog, checkpoint, executor, dedupe_buffer_bytes=1 << 20,
-                              now_ms=T0 + 2 + DAY, fs=fs)
-        final = batches_of(plog)
-        assert (None, b"k4") not in [(v, k) for _, k, v in read(final, [], committed=True)]
-        assert len(plog.segments) < segments_before  # the small cleaned segments merged
+    result = await clean_partition(plog, checkpoint, worker, dedupe_buffer_bytes=1 << 20,
+                                   now_ms=T0 + 1, fs=fs)
+    assert result is not None and result.bytes_after < result.bytes_before / 2
+    assert result.stats.aborted_records_removed > 0
+    after = batches_of(plog)
+    aborted_after = _aborted_transactions(plog.segments)
+    end = result.end_offset
+    # below the cleaned end: latest value per key, nothing aborted; above: untouched
+    assert latest_per_key(read(after, aborted_after, committed=True)) == latest_per_key(
+        read(before, aborted_before, committed=True))
+    assert not {o for o, _, _ in read(after, [], committed=False)} & h.aborted_offsets
+    assert [b for b in after if BatchHeader(memoryview(b)).base_offset >= end] == [
+        b for b in before if BatchHeader(memoryview(b)).base_offset >= end]
+    assert len(plog.segments) == segments_before  # full segments: one group each
+    assert read_offset_checkpoint(fs, tmp_path / CLEANER_OFFSET_CHECKPOINT) == {TP: end}
+    # nothing dirty left below the active segment: nothing to do
+    assert await clean_partition(plog, checkpoint, worker, dedupe_buffer_bytes=1 << 20,
+                                 now_ms=T0 + 2, fs=fs) is None
+    # past the delete horizon, from the log start again: the tombstone goes
+    checkpoint.forget(TP)
+    assert (None, b"k4") in [(v, k) for _, k, v in read(after, [], committed=True)]
+    await clean_partition(plog, checkpoint, worker, dedupe_buffer_bytes=1 << 20,
+                          now_ms=T0 + 2 + DAY, fs=fs)
+    final = batches_of(plog)
+    assert (None, b"k4") not in [(v, k) for _, k, v in read(final, [], committed=True)]
+    assert len(plog.segments) < segments_before  # the small cleaned segments merged
     for path in set(plog.take_deleted_files()):  # a base offset cleaned twice: one name
         os.remove(path)
     plog.close()

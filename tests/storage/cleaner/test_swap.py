@@ -12,7 +12,13 @@ import pytest
 from protocol.records import BatchHeader, iter_batches, iter_records
 from storage.cleaner.filter import BatchFilter, build_offset_map
 from storage.cleaner.offset_map import OffsetMap
-from storage.cleaner.writer import group_segments, segment_batches, write_cleaned
+from storage.cleaner.writer import (
+    SegmentFile,
+    file_batches,
+    group_segments,
+    open_cleaned,
+    write_cleaned,
+)
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
 from storage.segment import SWAP_SUFFIX
@@ -40,12 +46,20 @@ def cleaning(h: History, plog):
     """The cleaned copies of the log's groups (.cleaned files) with their old segments."""
     segments = plog.segments
     end = plog.active_segment.base_offset
+    fs = RealFileSystem()
+    files = [SegmentFile.of(s) for s in segments[:-1]]
     offset_map = OffsetMap(1 << 20)
-    build_offset_map((b for s in segments[:-1] for b in segment_batches(s)), h.aborted, 0, offset_map)
+    build_offset_map((b for s in files for b in file_batches(fs, s)), h.aborted, 0, offset_map)
     f = BatchFilter(offset_map, h.aborted, now_ms=T0, delete_retention_ms=DAY,
                     last_batch_of_producer=h.last_batch)
-    groups = group_segments(segments, 3 * CONFIG.segment_bytes, CONFIG.segment_index_bytes, end)
-    return [(write_cleaned(RealFileSystem(), plog.dir, g, f, CONFIG, T0), g) for g in groups]
+    by_base = {s.base_offset: s for s in segments}
+    pairs = []
+    for group in group_segments(files, 3 * CONFIG.segment_bytes, CONFIG.segment_index_bytes,
+                                end):
+        write_cleaned(fs, plog.dir, group, f, CONFIG, T0)
+        pairs.append((open_cleaned(fs, plog.dir, group[0].base_offset, CONFIG, T0),
+                      [by_base[s.base_offset] for s in group]))
+    return pairs
 
 
 def records(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:

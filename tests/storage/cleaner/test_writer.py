@@ -10,7 +10,13 @@ import os
 from protocol.records import BatchHeader, iter_batches
 from storage.cleaner.filter import BatchFilter, build_offset_map
 from storage.cleaner.offset_map import OffsetMap
-from storage.cleaner.writer import group_segments, segment_batches, write_cleaned
+from storage.cleaner.writer import (
+    SegmentFile,
+    file_batches,
+    group_segments,
+    open_cleaned,
+    write_cleaned,
+)
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
 from storage.segment import CLEANED_SUFFIX, LogSegment
@@ -45,15 +51,19 @@ def test_cleaned_segments_hold_the_filter_output(tmp_path):
     end = plog.active_segment.base_offset
     assert len(segments) > 5 and end == h.next_offset
 
+    fs = RealFileSystem()
+    files = [SegmentFile.of(s) for s in segments[:-1]]
+
     def all_batches():
-        for segment in segments[:-1]:
-            yield from segment_batches(segment)
+        for file in files:
+            yield from file_batches(fs, file)
 
     offset_map = OffsetMap(1 << 20)
     assert not build_offset_map(all_batches(), h.aborted, 0, offset_map)
     expected_filter = BatchFilter(offset_map, h.aborted, now_ms=T0, delete_retention_ms=DAY,
                                   last_batch_of_producer=h.last_batch)
-    stored = [bytes(buf) for buf, _ in all_batches()]  # with the log's leader epoch
+    stored = [buf[h.position : h.position + h.size]  # with the log's leader epoch
+              for buf, h in all_batches()]
     expected = [bytes(out) for buf, header in headers(stored)
                 if (out := expected_filter.filter(buf, header)) is not None]
     assert len(expected) < len(stored) and set(expected) - set(stored)  # dropped and rebuilt
@@ -61,11 +71,11 @@ def test_cleaned_segments_hold_the_filter_output(tmp_path):
 
     batch_filter = BatchFilter(offset_map, h.aborted, now_ms=T0, delete_retention_ms=DAY,
                                last_batch_of_producer=h.last_batch)
-    groups = group_segments(segments, 3 * config.segment_bytes, config.segment_index_bytes,
-                            end)
+    groups = group_segments(files, 3 * config.segment_bytes, config.segment_index_bytes, end)
     assert 1 < len(groups) < len(segments) - 1  # several segments a group, several groups
-    fs = RealFileSystem()
-    written = [write_cleaned(fs, plog.dir, g, batch_filter, config, T0) for g in groups]
+    sizes = [write_cleaned(fs, plog.dir, g, batch_filter, config, T0) for g in groups]
+    written = [open_cleaned(fs, plog.dir, g[0].base_offset, config, T0) for g in groups]
+    assert [s.size for s in written] == sizes
     got = b"".join(s.read(0, s.size) for s in written)
     assert got == b"".join(expected)
     assert batch_filter.tracker.kept_aborted == expected_filter.tracker.kept_aborted
@@ -100,8 +110,9 @@ def test_group_segments_by_size(tmp_path):
         plog.append(bytearray(batch))
     segments = plog.segments
     end = plog.active_segment.base_offset
-    groups = group_segments(segments, 1000, config.segment_index_bytes, end)
-    assert [s for g in groups for s in g] == [s for s in segments if s.base_offset < end]
+    files = [SegmentFile.of(s) for s in segments]
+    groups = group_segments(files, 1000, config.segment_index_bytes, end)
+    assert [s for g in groups for s in g] == [s for s in files if s.base_offset < end]
     assert all(sum(s.size for s in g) <= 1000 for g in groups)
     assert all(len(g) >= 2 for g in groups[:-1])
-    assert group_segments(segments, 10**9, 10**9, segments[2].base_offset) == [segments[:2]]
+    assert group_segments(files, 10**9, 10**9, files[2].base_offset) == [files[:2]]
