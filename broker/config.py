@@ -153,6 +153,16 @@ def _parse_int(text: str, lo: int, hi: int, sentinel: int | None) -> int:
     return value
 
 
+def _parse_float(text: str, lo: float, hi: float) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise _Invalid(f"expected a number, got {text!r}") from None
+    if not lo <= value <= hi:  # NaN fails too
+        raise _Invalid(f"{text.strip()} is out of range (expected {lo:g}..{hi:g})")
+    return value
+
+
 def _parse_bool(text: str) -> bool:
     s = text.strip().lower()
     if s in ("true", "false"):
@@ -231,6 +241,13 @@ def _int(
         return _parse_int(text, lo, hi, sentinel)
 
     return field(default=default, metadata={"spec": (doc, parse, str, semel)})
+
+
+def _float(default: float, doc: str, *, lo: float, hi: float, semel: str = "") -> Any:
+    def parse(text: str) -> float:
+        return _parse_float(text, lo, hi)
+
+    return field(default=default, metadata={"spec": (doc, parse, repr, semel)})
 
 
 def _bool(default: bool, doc: str, *, semel: str = "") -> Any:
@@ -339,9 +356,13 @@ class BrokerConfig:
         300000, "How often retention is enforced.", lo=1, hi=INT64_MAX
     )
     log_cleaner_enable: bool = _bool(
-        False,
+        True,
         "Run the log cleaner: compact the partitions of topics with cleanup.policy=compact.",
-        semel="off by default while compaction is being finished (Kafka: true)",
+    )
+    log_cleaner_threads: int = _int(
+        1, "Cleaner threads.", lo=1,
+        semel="one cleaner process whatever the value (its work runs outside the broker's "
+              "process, at a lower CPU priority)",
     )
     log_cleaner_backoff_ms: int = _int(
         15000, "How long the cleaner sleeps when no partition needs cleaning.", lo=1,
@@ -352,6 +373,14 @@ class BrokerConfig:
         "Memory for the cleaner's key map; a partition with more distinct keys in its dirty "
         "range than fit is cleaned in several rounds.",
         lo=1024, hi=INT64_MAX,
+    )
+    log_cleaner_io_buffer_load_factor: float = _float(
+        0.9, "How full the cleaner's key map may get before a round ends.", lo=0.01, hi=1.0,
+    )
+    log_cleaner_io_max_bytes_per_second: float = _float(
+        1.7976931348623157e308,
+        "The cleaner's bytes read and written a second, at most (default: no limit).",
+        lo=1.0, hi=1.7976931348623157e308,
     )
     log_index_interval_bytes: int = _int(4096, "Bytes of log between two offset index entries.")
     log_index_size_max_bytes: int = _int(

@@ -84,7 +84,9 @@ class Broker:
                 config.producer_id_expiration_check_interval_ms),
             cleaner_enable=config.log_cleaner_enable,
             cleaner_backoff_ms=config.log_cleaner_backoff_ms,
-            cleaner_dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size)
+            cleaner_dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            cleaner_io_buffer_load_factor=config.log_cleaner_io_buffer_load_factor,
+            cleaner_io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second)
         self.metrics.register_cleaner(self.log_manager, clock)
         # SCRAM credentials in the first log dir (read on first use; see its load())
         self.scram_credentials = ScramCredentialStore(Path(config.log_dirs), self.log_manager.fs)
