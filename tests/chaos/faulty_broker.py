@@ -22,6 +22,11 @@ socket takes one JSON object per line and answers one JSON object per line:
         arm a one-shot SIGKILL of this process once a transaction's PREPARE_* record is
         durable and before any marker is written (the coordinator's before_markers hook);
         delay_ms > 0 lets the EndTxn answer leave first
+  {"cmd": "kill_at_rename", "src": ".log.cleaned", "dst": ".log.swap", "skip": 0,
+   "after": false}
+        arm a one-shot SIGKILL of this process at the first file rename from a path ending
+        in src to one ending in dst (after `skip` such renames), before or after it is done:
+        the log cleaner's swap phases
   {"cmd": "disarm"}
   {"cmd": "inject_bug", "bug": NAME}   mutation testing of the suite itself: make this
         broker process wrong on purpose, so a test can check the checker notices.
@@ -77,9 +82,25 @@ class ChaosFileSystem(FaultyFileSystem):
         with self._io_lock:
             return super().open(path, create=create)
 
+    kill_at_rename: dict | None = None  # {"src", "dst", "skip", "after"} (kill_at_rename)
+
     def rename(self, src, dst):
         with self._io_lock:
+            hit = self._rename_hits(os.fspath(src), os.fspath(dst))
+            if hit and not self.kill_at_rename["after"]:
+                _kill_self(f"chaos kill_at_rename before {src} -> {dst}")
             super().rename(src, dst)
+            if hit:
+                _kill_self(f"chaos kill_at_rename after {src} -> {dst}")
+
+    def _rename_hits(self, src: str, dst: str) -> bool:
+        armed = self.kill_at_rename
+        if armed is None or not (src.endswith(armed["src"]) and dst.endswith(armed["dst"])):
+            return False
+        if armed["skip"] > 0:
+            armed["skip"] -= 1
+            return False
+        return True
 
     def remove(self, path):
         with self._io_lock:
@@ -104,6 +125,11 @@ class ChaosFileSystem(FaultyFileSystem):
     def cut_to_fsynced(self) -> None:
         """Call with the freeze held."""
         self.simulate_power_loss()
+
+
+def _kill_self(line: str) -> None:
+    print(line, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Control:
@@ -159,7 +185,13 @@ class Control:
             self.loop.call_soon_threadsafe(self._arm, int(req.get("delay_ms", 0)),
                                            bool(req.get("commit_only", False)))
             return {"ok": True}
+        if cmd == "kill_at_rename":
+            self.fs.kill_at_rename = {"src": req["src"], "dst": req["dst"],
+                                      "skip": int(req.get("skip", 0)),
+                                      "after": bool(req.get("after", False))}
+            return {"ok": True}
         if cmd == "disarm":
+            self.fs.kill_at_rename = None
             self.loop.call_soon_threadsafe(self._disarm)
             return {"ok": True}
         if cmd == "inject_bug":
