@@ -264,8 +264,117 @@ walk(PyObject *module, PyObject *args)
                          s.found_ts, s.status);
 }
 
+/*
+ * spans(data, count, span_type) -> list of span_type | None
+ *
+ * protocol.records.record_spans for the log cleaner: each of the `count` records of
+ * decompressed records `data` as a span_type (a tuple subclass) of (start, end,
+ * offset_delta, timestamp_delta, rest, key or None, value is null). Returns None at anything
+ * irregular (a length past the end, an overlong varint, bytes left over): the caller then
+ * runs the Python reader, which names the error. Keys are the only objects copied out.
+ */
+static PyObject *
+spans(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t count;
+    PyTypeObject *type;
+
+    if (!PyArg_ParseTuple(args, "y*nO!:spans", &view, &count, &PyType_Type, &type))
+        return NULL;
+    if (!PyType_IsSubtype(type, &PyTuple_Type) || count < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "spans: span_type must be a tuple subclass");
+        return NULL;
+    }
+    const uint8_t *base = (const uint8_t *)view.buf;
+    const uint8_t *end = base + view.len;
+    const uint8_t *p = base;
+    PyObject *list = PyList_New(count);
+    if (list == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const uint8_t *start = p;
+        uint64_t raw;
+        if (read_raw(&p, end, 5, &raw) != VARINT_OK)
+            goto irregular;
+        int32_t length = zigzag32(raw);
+        if (length < 0 || (int64_t)length > end - p)
+            goto irregular;
+        const uint8_t *rec_end = p + length;
+        if (p >= rec_end)
+            goto irregular;
+        p++; /* attributes */
+        if (read_raw(&p, rec_end, 9, &raw) != VARINT_OK) /* a 10-byte varlong: Python's */
+            goto irregular;
+        int64_t timestamp_delta = zigzag64(raw);
+        const uint8_t *rest = p;
+        if (read_raw(&p, rec_end, 5, &raw) != VARINT_OK)
+            goto irregular;
+        int32_t offset_delta = zigzag32(raw);
+        if (read_raw(&p, rec_end, 5, &raw) != VARINT_OK)
+            goto irregular;
+        int32_t key_length = zigzag32(raw);
+        PyObject *key;
+        if (key_length >= 0) {
+            if ((int64_t)key_length > rec_end - p)
+                goto irregular;
+            key = PyBytes_FromStringAndSize((const char *)p, key_length);
+            if (key == NULL)
+                goto failed;
+            p += key_length;
+        } else {
+            key = Py_NewRef(Py_None);
+        }
+        if (read_raw(&p, rec_end, 5, &raw) != VARINT_OK) {
+            Py_DECREF(key);
+            goto irregular;
+        }
+        int32_t value_length = zigzag32(raw);
+        PyObject *span = type->tp_alloc(type, 7);
+        if (span == NULL) {
+            Py_DECREF(key);
+            goto failed;
+        }
+        PyObject *items[6] = {
+            PyLong_FromSsize_t(start - base), PyLong_FromSsize_t(rec_end - base),
+            PyLong_FromLong(offset_delta), PyLong_FromLongLong(timestamp_delta),
+            PyLong_FromSsize_t(rest - base), PyBool_FromLong(value_length < 0),
+        };
+        int ok = 1;
+        for (int k = 0; k < 6; k++)
+            ok &= items[k] != NULL;
+        PyTuple_SET_ITEM(span, 0, items[0]);
+        PyTuple_SET_ITEM(span, 1, items[1]);
+        PyTuple_SET_ITEM(span, 2, items[2]);
+        PyTuple_SET_ITEM(span, 3, items[3]);
+        PyTuple_SET_ITEM(span, 4, items[4]);
+        PyTuple_SET_ITEM(span, 5, key);
+        PyTuple_SET_ITEM(span, 6, items[5]);
+        PyList_SET_ITEM(list, i, span);
+        if (!ok)
+            goto failed;
+        p = rec_end;
+    }
+    if (p != end)
+        goto irregular;
+    PyBuffer_Release(&view);
+    return list;
+irregular:
+    PyBuffer_Release(&view);
+    Py_DECREF(list);
+    Py_RETURN_NONE;
+failed:
+    PyBuffer_Release(&view);
+    Py_DECREF(list);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "Walk whole v2 records in a window (see protocol/validator.py)."},
+    {"spans", spans, METH_VARARGS, "The records of decompressed records data as spans (the cleaner)."},
     {NULL, NULL, 0, NULL},
 };
 

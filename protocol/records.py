@@ -50,6 +50,11 @@ from crc32c import crc32c
 from protocol.compression import compress, decompress
 from protocol.errors import Error, ProtocolError
 
+try:  # built from protocol/_recordwalk.c at install when a C compiler is there
+    from protocol import _recordwalk  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - the pure-Python reader is used
+    _recordwalk = None
+
 __all__ = [
     "CREATE_TIME",
     "DEFAULT_MAX_UNCOMPRESSED",
@@ -807,7 +812,17 @@ def control_key_type(key: bytes | None) -> int:
 
 def record_spans(data: bytes | memoryview, count: int) -> list[RecordSpan]:
     """The ``count`` records of decompressed records ``data`` as spans (the cleaner keeps or
-    drops records without decoding headers). Raises ProtocolError on framing errors."""
+    drops records without decoding headers). Raises ProtocolError on framing errors.
+    The C walker (protocol/_recordwalk.c) does it when built; it leaves anything irregular
+    to the Python reader, which names the error."""
+    if _recordwalk is not None:
+        spans = _recordwalk.spans(data, count, RecordSpan)
+        if spans is not None:
+            return spans
+    return _record_spans_py(data, count)
+
+
+def _record_spans_py(data: bytes | memoryview, count: int) -> list[RecordSpan]:
     spans = []
     n = len(data)
     pos = 0
