@@ -1,20 +1,29 @@
-"""The log cleaner on semel's own internal topics (issue 14): after many offset commits and
-transactions, the sizes of __consumer_offsets and __transaction_state and the broker's start
-time (exec to ready line: the coordinators load those topics), before and after a cleaning;
-and the cleaning's throughput.
+"""The log cleaner (issue 14), two parts:
+
+1. internal topics: after many offset commits and transactions, the sizes of
+   __consumer_offsets and __transaction_state and the broker's start time (exec to ready
+   line; the coordinators' own load times), before and after a cleaning; the cleaning's
+   throughput and the cleaner process's peak memory. One partition each, 1 MiB segments
+   (offsets.topic.segment.bytes, transaction.state.log.segment.bytes), log.flush.mode=none;
+   clients: confluent-kafka (a consumer committing synchronously, a transactional producer
+   of one record per transaction). The cleaning runs on demand (LogManager.run_cleaner_once
+   until nothing is left to clean); the start times are of a broker subprocess, best of 3.
+2. produce with the cleaner busy: on one durable broker (the defaults, as `make bench`'s
+   semel column), pairs of runs of `make bench`'s produce row produce-1k-1p (librdkafka,
+   1 KiB records): one with the cleaner idle, one while it cleans a compacted topic
+   pre-filled with ``--dirty-mb`` of keyed 1 KiB records (its min.cleanable.dirty.ratio is
+   1.0 while it is filled, then 0.01). Order alternates per pair; the ratio busy/idle of
+   MB/s per pair, the cleaner process's CPU over the busy run, and whether it was still
+   cleaning when the run ended (it must be, or the run was not "busy").
 
     .venv/bin/python bench/bench_cleaner.py [--commits 100000] [--transactions 20000]
-
-One partition each, 1 MiB segments (offsets.topic.segment.bytes,
-transaction.state.log.segment.bytes), log.flush.mode=none; clients: confluent-kafka (a
-consumer committing synchronously, a transactional producer of one record per transaction).
-The cleaning runs in-process (LogManager.run_cleaner_once until nothing is left to clean),
-timed; the start times are of a broker subprocess, best of three.
+        [--pairs 4] [--dirty-mb 300] [--produce-mb 128] [--part internal|busy|both]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -28,6 +37,7 @@ if str(ROOT) not in sys.path:
 from broker.testing import BrokerProcess, BrokerThread
 
 OVERRIDES = {
+    "log.cleaner.enable": "false",  # cleanings run on demand here
     "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
     "offsets.topic.segment.bytes": str(1 << 20),
     "transaction.state.log.segment.bytes": str(1 << 20),
@@ -85,11 +95,7 @@ def load(bootstrap: str, commits: int, transactions: int) -> None:
         producer.commit_transaction(30)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--commits", type=int, default=100_000)
-    p.add_argument("--transactions", type=int, default=20_000)
-    args = p.parse_args()
+def internal_topics(args) -> None:
     data = Path(tempfile.mkdtemp(prefix="semel-cleaner-bench-")) / "data"
     with BrokerProcess(data, OVERRIDES) as broker:
         t0 = time.perf_counter()
@@ -109,10 +115,15 @@ def main() -> None:
 
         results, cpu_s, wall_s = bt.call(clean_all(), timeout=3600)
     read = sum(r.bytes_before for r in results)
+    worker_s = sum(r.worker_seconds for r in results)
     after = sizes(data)
     start_after = start_ms(data)
     print(f"cleanings: {len(results)}, {read / 1e6:.1f} MB of segments read in {wall_s:.2f} s "
-          f"({read / 1e6 / wall_s:.1f} MB/s; {cpu_s:.2f} s CPU of the broker process)")
+          f"({read / 1e6 / wall_s:.1f} MB/s; in the cleaner process {worker_s:.2f} s, "
+          f"{read / 1e6 / worker_s:.1f} MB/s; {cpu_s:.2f} s CPU of the broker process; "
+          f"cleaner process peak RSS "
+          f"{max(r.worker_max_rss_bytes for r in results) / 2**20:.0f} MiB, offset map "
+          f"{max(r.map_entries for r in results)} keys)")
     for name in INTERNAL:
         print(f"{name}: {before[name] / 1e6:.2f} MB -> {after[name] / 1e6:.3f} MB")
     print(f"start (exec to ready line, best of 3): {start_before[0]:.0f} ms -> "
@@ -120,6 +131,142 @@ def main() -> None:
     for topic in ("__consumer_offsets", "__transaction_state"):
         print(f"{topic} loaded by its coordinator in {start_before[1].get(topic, '?')} ms -> "
               f"{start_after[1].get(topic, '?')} ms")
+
+
+# -- 2. produce with the cleaner busy ---------------------------------------------------------
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+class CleanerProcessWatch:
+    """The broker's cleaner child process (started at its first cleaning) and its CPU."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self.broker_pid = broker_pid
+
+    def cpu(self) -> float:
+        from bench.broker_throughput import cpu_seconds
+
+        return sum(cpu_seconds(c) for c in children(self.broker_pid))
+
+    def busy(self, window_s: float = 0.5) -> bool:
+        before = self.cpu()
+        time.sleep(window_s)
+        return self.cpu() - before > window_s * 0.02
+
+    def wait_idle(self, timeout_s: float = 900) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.busy(1.0):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cleaner did not finish")
+
+
+def fill_dirty(bootstrap: str, topic: str, mb: int) -> None:
+    """A compacted topic of ``mb`` MB of keyed 1 KiB records over 5,000 keys, not yet
+    cleanable (min.cleanable.dirty.ratio 1.0)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={
+        "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "1.0",
+        "segment.bytes": str(16 << 20)})])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20})
+    value = os.urandom(1000)
+    for i in range(mb * 1000):
+        while True:
+            try:
+                producer.produce(topic, key=b"key-%d" % (i % 5000), value=value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+
+
+def make_cleanable(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.incremental_alter_configs([ConfigResource(
+        ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(
+            "min.cleanable.dirty.ratio", "0.01",
+            incremental_operation=AlterConfigOpType.SET)])])
+    for future in futures.values():
+        future.result(30)
+
+
+def produce_busy(args) -> None:
+    import statistics
+
+    from bench import workloads
+    from bench.brokers import SemelTarget
+
+    log_dir = Path(tempfile.mkdtemp(prefix="semel-cleaner-busy-"))
+    broker = SemelTarget("fsync", ["log.cleaner.backoff.ms=200"]).start(log_dir)
+    watch = CleanerProcessWatch(broker.pid)
+    ratios, shares = [], []
+    try:
+        for pair in range(args.pairs):
+            topic = f"dirty-{pair}"
+            fill_dirty(broker.bootstrap, topic, args.dirty_mb)
+            watch.wait_idle()
+            runs = {}
+            for kind in (("idle", "busy") if pair % 2 == 0 else ("busy", "idle")):
+                if kind == "busy":
+                    make_cleanable(broker.bootstrap, topic)
+                    deadline = time.monotonic() + 30
+                    while not children(broker.pid) or not watch.busy(0.2):
+                        assert time.monotonic() < deadline, "the cleaner did not start"
+                else:
+                    watch.wait_idle()
+                cpu0, t0 = watch.cpu(), time.monotonic()
+                runs[kind] = workloads.produce(broker, log_dir, size=1024, producers=1,
+                                               mb=args.produce_mb)
+                runs[kind]["cleaner_cores"] = (watch.cpu() - cpu0) / (time.monotonic() - t0)
+                if kind == "busy" and not watch.busy():
+                    raise RuntimeError(f"pair {pair}: the cleaning ended before the busy run "
+                                       "did (raise --dirty-mb)")
+            ratio = runs["busy"]["MBps"] / runs["idle"]["MBps"]
+            share = runs["busy"]["cleaner_cores"]
+            ratios.append(ratio)
+            shares.append(share)
+            print(f"pair {pair}: idle {runs['idle']['MBps']:.1f} MB/s, busy "
+                  f"{runs['busy']['MBps']:.1f} MB/s (ratio {ratio:.2f}); cleaner process "
+                  f"{share:.2f} cores during the busy run, broker "
+                  f"{runs['busy']['broker_cores']:.2f} cores (idle run: "
+                  f"{runs['idle']['broker_cores']:.2f})", flush=True)
+        print(f"produce-1k-1p with the cleaner busy / idle: median {statistics.median(ratios):.2f}"
+              f" (pairs {', '.join(f'{r:.2f}' for r in ratios)}); cleaner process "
+              f"{statistics.median(shares):.2f} cores (median) during the busy runs")
+    finally:
+        broker.stop()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--commits", type=int, default=100_000)
+    p.add_argument("--transactions", type=int, default=20_000)
+    p.add_argument("--pairs", type=int, default=4)
+    p.add_argument("--dirty-mb", type=int, default=300)
+    p.add_argument("--produce-mb", type=int, default=128)
+    p.add_argument("--part", choices=("internal", "busy", "both"), default="both")
+    args = p.parse_args()
+    if args.part in ("internal", "both"):
+        internal_topics(args)
+    if args.part in ("busy", "both"):
+        produce_busy(args)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ its ``CleaningOutput``.
 A process rather than a thread, because the filter's per-batch decisions are Python: in a
 thread they would hold the GIL for up to the switch interval (5 ms) at a time while the
 event loop waits to serve requests; in a process they cost the broker nothing but a share
-of the CPU, and that share is small because the process runs at a lower priority
-(``niceness``, 10 by default: under full load the kernel gives it roughly a tenth of what a
-broker thread gets; idle cores it uses in full).
+of the CPU, and that share comes out of idle time: the process runs under SCHED_IDLE
+(``priority="idle"``, the default; a number is a niceness instead), so whenever a broker or
+client thread wants a core the kernel gives it at once, and idle cores the cleaner uses in
+full.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from storage.fs import RealFileSystem
 
 log = logging.getLogger("storage.cleaner")
 
-DEFAULT_NICENESS = 10
+DEFAULT_PRIORITY = "idle"
 
 
 class CleanerError(Exception):
@@ -34,8 +35,8 @@ class CleanerError(Exception):
 
 
 class CleanerProcess:
-    def __init__(self, niceness: int = DEFAULT_NICENESS) -> None:
-        self.niceness = niceness
+    def __init__(self, priority: str = DEFAULT_PRIORITY) -> None:
+        self.priority = priority
         self._proc: asyncio.subprocess.Process | None = None
         self.started = 0  # processes started (one unless one died)
 
@@ -50,7 +51,7 @@ class CleanerProcess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "storage.cleaner.worker", str(os.getpid()),
-            str(self.niceness), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            self.priority, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             env=env)
         self.started += 1
         log.info("log cleaner process %d started", proc.pid)

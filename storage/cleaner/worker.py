@@ -7,8 +7,8 @@ or in a thread (tests), and touches nothing but files: the closed segments it re
 
 As a process it reads jobs from stdin and writes results to stdout, each a 4-byte
 big-endian length and a pickle (both ends are this code); it runs at a lower CPU priority
-than the broker (nice), and dies with its parent (PR_SET_PDEATHSIG, and a check of the
-parent pid between chunks) so that a broker killed with -9 never leaves a cleaner writing
+than the broker (``lower_priority``), and dies with its parent (PR_SET_PDEATHSIG, and a
+check of the parent pid between chunks) so that a broker killed with -9 never leaves a cleaner writing
 ``.cleaned`` files under its successor.
 
 ``log.cleaner.io.max.bytes.per.second`` (Kafka's Throttler): the bytes read and written
@@ -195,15 +195,25 @@ def serve(stdin, stdout, check: Callable[[], None]) -> None:
         stdout.flush()
 
 
+def lower_priority(priority: str) -> None:
+    """``idle``: Linux's SCHED_IDLE (the process runs on CPU time nothing else wants, and
+    any other task that wakes up takes the CPU from it at once); a number: that niceness."""
+    if priority == "idle" and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    elif priority == "idle":
+        os.nice(19)
+    elif int(priority):
+        os.nice(int(priority))
+
+
 def main(argv: list[str]) -> None:
-    parent_pid, niceness = int(argv[0]), int(argv[1])
+    parent_pid, priority = int(argv[0]), argv[1]
     check = _die_with_parent(parent_pid)
-    if niceness:
-        os.nice(niceness)
+    lower_priority(priority)
     serve(sys.stdin.buffer, sys.stdout.buffer, check)
 
 
 if __name__ == "__main__":  # run as the module itself, so results pickle under its name
-    from storage.cleaner import worker
+    import importlib
 
-    worker.main(sys.argv[1:])
+    importlib.import_module("storage.cleaner.worker").main(sys.argv[1:])
