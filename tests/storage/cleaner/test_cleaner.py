@@ -16,7 +16,7 @@ from storage.cleaner.cleaner import (
     _aborted_transactions,
     clean_partition,
 )
-from storage.cleaner.process import CleanerProcess, CleanerThread
+from storage.cleaner.process import CleanerError, CleanerProcess, CleanerThread
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
 from tests.storage.cleaner.history import T0, History, read
@@ -108,3 +108,52 @@ async def test_a_cleaning_keeps_the_latest_values_and_checkpoints(tmp_path, work
     again = open_log(tmp_path / "t-0", plog.config, clock=FakeClock(T0), clean=False)
     assert batches_of(again) == final
     again.close()
+
+
+class DeletingWorker:
+    """The cleaning's worker with a DeleteRecords of the log's first two segments racing it:
+    just before the worker reads them, or after it wrote their cleaned copy (before the
+    swap)."""
+
+    def __init__(self, inner, plog, when: str) -> None:
+        self.inner, self.plog, self.when = inner, plog, when
+
+    def delete(self) -> None:
+        self.plog.delete_records_before(self.plog.segments[2].base_offset)
+
+    async def run(self, job):
+        if self.when == "before":
+            self.delete()
+        output = await self.inner.run(job)
+        if self.when == "after":
+            self.delete()
+        return output
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_deletion_racing_a_cleaning(tmp_path, worker, when):
+    h = history()
+    plog = build(tmp_path / "t-0", h)
+    fs = RealFileSystem()
+    checkpoint = CleanerCheckpoint(fs, str(tmp_path / CLEANER_OFFSET_CHECKPOINT))
+    racing = DeletingWorker(worker, plog, when)
+    start = plog.segments[2].base_offset
+    if when == "before":  # the worker finds its files gone: the cleaning is abandoned
+        with pytest.raises(CleanerError):
+            await clean_partition(plog, checkpoint, racing, dedupe_buffer_bytes=1 << 20,
+                                  now_ms=T0 + 1, fs=fs)
+        assert plog.log_start_offset == start
+    else:  # the groups still in the log are swapped, the others' copies dropped
+        before = batches_of(plog)
+        result = await clean_partition(plog, checkpoint, racing, dedupe_buffer_bytes=1 << 20,
+                                       now_ms=T0 + 1, fs=fs)
+        assert result is not None and result.segments_before > 2
+        after = batches_of(plog)
+        kept_before = [b for b in before if BatchHeader(memoryview(b)).base_offset >= start]
+        aborted = _aborted_transactions(plog.segments)
+        assert latest_per_key(read(after, aborted, committed=True)) == latest_per_key(
+            read(kept_before, aborted, committed=True))
+        assert len(after) < len(kept_before)  # something was cleaned
+    assert TP not in checkpoint.offsets  # not advanced past groups that were not swapped
+    assert not [n for n in os.listdir(tmp_path / "t-0") if n.endswith((".cleaned", ".swap"))]
+    plog.close()
