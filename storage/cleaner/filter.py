@@ -71,15 +71,20 @@ class TransactionTracker:
         self._committed: set[int] = set()
         self.kept_aborted: list[AbortedTxn] = []  # for the cleaned .txnindex
 
-    def _open_up_to(self, offset: int) -> None:
+    def _open_up_to(self, header: BatchHeader) -> None:
+        """Open the aborted transactions begun by the end of this batch, except those whose
+        marker lies before it: a pass that starts part way through the log (the offset map
+        reads the dirty range only) never meets those markers, and their producers' later
+        data is not aborted."""
         pending = self._pending
-        while pending and pending[0].first_offset <= offset:
+        while pending and pending[0].first_offset <= header.last_offset:
             txn = pending.popleft()
-            self._aborted[txn.producer_id] = [txn, None]
+            if txn.last_offset >= header.base_offset:
+                self._aborted[txn.producer_id] = [txn, None]
 
     def on_batch(self, header: BatchHeader) -> bool:
         """A data batch is read: True if it belongs to an aborted transaction."""
-        self._open_up_to(header.last_offset)
+        self._open_up_to(header)
         if not header.is_transactional:
             return False
         open_abort = self._aborted.get(header.producer_id)
@@ -92,7 +97,7 @@ class TransactionTracker:
     def on_marker(self, header: BatchHeader, kind: int) -> bool:
         """A control batch is read: True if the marker may be removed (nothing of its
         transaction was met in this pass)."""
-        self._open_up_to(header.last_offset)
+        self._open_up_to(header)
         pid = header.producer_id
         if kind == ControlType.ABORT:
             open_abort = self._aborted.pop(pid, None)

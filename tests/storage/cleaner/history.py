@@ -69,7 +69,10 @@ def clean(batches: list[bytes], aborted: list[AbortedTxn], last_batch: dict[int,
     start = 0
     while True:
         offset_map = OffsetMap(map_bytes)
-        full = build_offset_map(headers(batches), aborted, start, offset_map)
+        # as the cleaner reads it: from the batch holding the first dirty offset, with every
+        # aborted transaction of the log (markers before the dirty range included)
+        dirty = [b for b in batches if BatchHeader(memoryview(b)).last_offset >= start]
+        full = build_offset_map(headers(dirty), aborted, start, offset_map)
         if offset_map.latest_offset < 0:
             return batches, aborted
         end = offset_map.latest_offset

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.records import BatchHeader, ControlType, iter_records, validate_batches
-from storage.cleaner.filter import control_type
+from storage.cleaner.filter import build_offset_map, control_type
 from storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
-from tests.storage.cleaner.history import T0, History, clean, read
+from tests.storage.cleaner.history import T0, History, clean, headers, read
 
 DAY = 86_400_000
 IDEMPOTENT, TX1, TX2 = 7, 11, 12
@@ -127,6 +127,24 @@ def test_a_small_map_cleans_in_rounds():
     assert latest_per_key(read(batches, [], committed=True)) == latest_per_key(
         read(h.batches, [], committed=True))
     assert len(read(batches, [], committed=True)) == 10
+
+
+def test_the_map_of_a_later_cleaning_ignores_aborts_before_the_dirty_range():
+    """A cleaning's map reads from the first dirty offset, with every aborted transaction of
+    the segments' .txnindex files: one whose ABORT marker it never meets must not make the
+    producer's later committed data look aborted (found by the Java compaction test)."""
+    h = History()
+    h.data([(b"a", b"aborted")], pid=9, transactional=True)
+    h.end(9, commit=False)
+    h.data([(b"a", b"v1")], pid=9, transactional=True)
+    h.end(9, commit=True)
+    start = h.next_offset
+    h.data([(b"a", b"v2")], pid=9, transactional=True)
+    h.end(9, commit=True)
+    dirty = [b for b in h.batches if BatchHeader(memoryview(b)).last_offset >= start]
+    offset_map = OffsetMap(1 << 20)
+    build_offset_map(headers(dirty), h.aborted, start, offset_map)
+    assert offset_map.get(b"a") == start
 
 
 # -- against a model ---------------------------------------------------------------------------
