@@ -25,9 +25,12 @@
  * txn-acl-probe runs transactional steps (--steps init,begin,send,offsets,commit,...) and prints
  * one {"type":"step", step, result: "ok"|"error", class, root_class, message} per step, going on
  * after a failure; a "pause" step prints {"type":"paused"} and waits for a line on stdin (the
- * test changes ACLs meanwhile). Planned: admin list-transactions, describe-transactions, describe-producers,
- * abort-transaction. admin create-acls / describe-acls / delete-acls take an ACL (or filter) as
- * seven words: TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION.
+ * test changes ACLs meanwhile). keyed-steps keeps an idempotent and a transactional producer open
+ * and runs one stdin line at a time (send, begin/txn-send/commit/abort, read), answering each with
+ * one JSON line: the test acts on the broker between steps while the producer ids go on.
+ * Planned: admin list-transactions, describe-transactions, describe-producers, abort-transaction.
+ * admin create-acls / describe-acls / delete-acls take an ACL (or filter) as seven words:
+ * TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION.
  */
 
 import java.io.BufferedOutputStream;
@@ -137,6 +140,11 @@ public final class SemelClient {
                 + " [--steps init,begin,send,offsets,commit|abort,pause,...]  (one step line each;"
                 + " errors reported, not thrown)",
             "topic transactional-id group steps", SemelClient::txnAclProbe);
+        register(COMMANDS, "keyed-steps",
+            "keyed-steps --bootstrap B --topic T [--partition P] [--transactional-id ID]"
+                + "  (steps on stdin, one JSON line answers each: send K V | begin | txn-send K V"
+                + " | commit | abort | read read_committed|read_uncommitted; V '-' = tombstone)",
+            "topic partition transactional-id", SemelClient::keyedSteps);
         register(COMMANDS, "consume",
             "consume --bootstrap B --topic T [--count N | --until-end] [--group G] [--from-beginning]"
                 + " [--isolation read_committed|read_uncommitted] [--partition P] [--offset O]"
@@ -563,6 +571,108 @@ public final class SemelClient {
                 emit(line);
             }
         }
+    }
+
+    /** An idempotent producer and (with --transactional-id) a transactional one, both on one
+     *  partition, driven a step at a time from stdin so the test can act on the broker between
+     *  steps (clean the log, restart the broker on the same listener) while the same producer
+     *  ids go on. Steps, one per line: "send K V" (idempotent producer), "begin",
+     *  "txn-send K V", "commit", "abort" (flushes first: the aborted records reach the log),
+     *  "read ISOLATION" (a new consumer reads the partition from offset 0 to its end offset,
+     *  the LSO for read_committed); V "-" is a tombstone (null value). Each step is answered
+     *  with one line once done: {"type":"sent", step, key, value, offset}, {"type":"done",
+     *  step}, or {"type":"read", isolation, records: [[offset, key, value], ...]}. End of stdin
+     *  ends the run; a failed step ends it with the step's exception. --prop goes to the
+     *  producers. */
+    static void keyedSteps(Args a) throws Exception {
+        String topic = a.required("topic");
+        int partition = a.getInt("partition", 0);
+        int timeoutMs = a.getInt("timeout-ms", 30000);
+        Properties p = clientProps(a, "semel-java-keyed-producer");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "0");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, String.valueOf(timeoutMs));
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        applyProps(p, a);
+        String transactionalId = a.get("transactional-id", null);
+        java.io.BufferedReader stdin = new java.io.BufferedReader(
+            new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8));
+        try (KafkaProducer<byte[], byte[]> plain =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
+             KafkaProducer<byte[], byte[]> txn = transactionalId == null ? null
+                 : new KafkaProducer<>(txnProducerProps(a, transactionalId), new ByteArraySerializer(),
+                     new ByteArraySerializer())) {
+            if (txn != null) txn.initTransactions();
+            for (String line = stdin.readLine(); line != null; line = stdin.readLine()) {
+                String[] w = line.trim().split(" ");
+                String step = w[0];
+                if (step.isEmpty()) continue;
+                if ((step.equals("send") || step.equals("txn-send")) && w.length != 3) {
+                    throw new UsageError(step + " takes a key and a value, got '" + line + "'");
+                }
+                if (txn == null && !step.equals("send") && !step.equals("read")) {
+                    throw new UsageError(step + " needs --transactional-id");
+                }
+                switch (step) {
+                    case "send", "txn-send" -> {
+                        byte[] key = w[1].getBytes(StandardCharsets.UTF_8);
+                        byte[] value = w[2].equals("-") ? null : w[2].getBytes(StandardCharsets.UTF_8);
+                        KafkaProducer<byte[], byte[]> producer = step.equals("send") ? plain : txn;
+                        long offset = producer.send(new ProducerRecord<>(topic, partition, key, value))
+                            .get().offset();
+                        emit(new Json().put("type", "sent").put("step", step).put("key", w[1])
+                            .put("value", text(value)).put("offset", offset));
+                    }
+                    case "begin", "commit", "abort" -> {
+                        if (step.equals("begin")) txn.beginTransaction();
+                        else if (step.equals("commit")) txn.commitTransaction();
+                        else {
+                            txn.flush();
+                            txn.abortTransaction();
+                        }
+                        emit(new Json().put("type", "done").put("step", step));
+                    }
+                    case "read" -> {
+                        if (w.length != 2) throw new UsageError("read takes an isolation level");
+                        emit(new Json().put("type", "read").put("isolation", w[1])
+                            .put("records", readPartition(a, new TopicPartition(topic, partition), w[1], timeoutMs)));
+                    }
+                    default -> throw new UsageError("unknown step '" + step + "'");
+                }
+            }
+        }
+    }
+
+    /** [offset, key, value] of every record of `tp` from offset 0 to its end offset for
+     *  `isolation` (auto.offset.reset=none: an offset out of range fails the read). */
+    static List<Object> readPartition(Args a, TopicPartition tp, String isolation, int timeoutMs)
+            throws Exception {
+        Properties p = clientProps(a, "semel-java-keyed-reader");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "none");
+        p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        p.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, String.valueOf(timeoutMs));
+        List<Object> records = new ArrayList<>();
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                 new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            consumer.assign(List.of(tp));
+            consumer.seek(tp, 0);
+            long end = consumer.endOffsets(List.of(tp)).get(tp);
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            while (consumer.position(tp) < end) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new TimeoutException("read " + records.size() + " records of " + tp
+                        + ", position " + consumer.position(tp) + " short of " + end);
+                }
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    records.add(Arrays.asList(r.offset(), text(r.key()), text(r.value())));
+                }
+            }
+        }
+        return records;
     }
 
     /** The records `produce` would send, without a broker: lets tests check their own helpers. */
