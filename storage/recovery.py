@@ -264,12 +264,20 @@ def _complete_swaps(fs: RealFileSystem, directory: str, config: LogConfig, now_m
     """Finish the cleaner's swaps a crash interrupted (Kafka's LogLoader for ``.swap``
     files): a ``<base>.log.swap`` was fsynced whole, with its ``.txnindex``, before it got
     that name, so it replaces every segment in its offset range and takes its own names
-    (offset and time indexes rebuilt). Other
-    ``.swap`` files (an index whose log is not a swap) are left for the leftover sweep."""
+    (offset and time indexes rebuilt; its ``.txnindex`` kept, whether the crash left it
+    ``.swap`` or still ``.cleaned``). A ``.txnindex.swap`` beside a log that already has its
+    own name is given its own name too. Other ``.swap`` files are left for the leftover
+    sweep."""
     swaps = sorted(parsed[0] for file_name in fs.listdir(directory)
                    if (parsed := parse_segment_file_name(file_name)) is not None
                    and parsed[1] == LOG_SUFFIX + SWAP_SUFFIX)
     for base in swaps:
+        # the log is renamed first: a crash part way through the renaming to .swap leaves
+        # the other files .cleaned (fsynced whole, like the log); the .txnindex is kept
+        txn_swap = os.path.join(directory, f"{base:020d}{TXN_INDEX_SUFFIX}{SWAP_SUFFIX}")
+        txn_cleaned = os.path.join(directory, f"{base:020d}{TXN_INDEX_SUFFIX}{CLEANED_SUFFIX}")
+        if not fs.exists(txn_swap) and fs.exists(txn_cleaned):
+            fs.rename(txn_cleaned, txn_swap)
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # rebuilt from the log below
             path = os.path.join(directory, f"{base:020d}{suffix}{SWAP_SUFFIX}")
             if fs.exists(path):
@@ -289,9 +297,22 @@ def _complete_swaps(fs: RealFileSystem, directory: str, config: LogConfig, now_m
         swap.close()
         log.info("%s: completed the swap of cleaned segment %d (offsets %d to %d)", name, base,
                  base, end)
-    if swaps:
+    # a crash part way through the last renaming (.swap -> own names, log first) leaves
+    # the log named and some indexes .swap: the old segments are .deleted by then, so a
+    # .txnindex.swap beside its named log and no .txnindex is the cleaned one's
+    named = 0
+    for file_name in fs.listdir(directory):
+        parsed = parse_segment_file_name(file_name)
+        if parsed is None or parsed[1] != TXN_INDEX_SUFFIX + SWAP_SUFFIX:
+            continue
+        stem = os.path.join(directory, f"{parsed[0]:020d}")
+        if (fs.exists(stem + LOG_SUFFIX) and not fs.exists(stem + LOG_SUFFIX + SWAP_SUFFIX)
+                and not fs.exists(stem + TXN_INDEX_SUFFIX)):
+            fs.rename(stem + TXN_INDEX_SUFFIX + SWAP_SUFFIX, stem + TXN_INDEX_SUFFIX)
+            named += 1
+    if swaps or named:
         fs.fsync_dir(directory)
-    return bool(swaps)
+    return bool(swaps or named)
 
 
 def _tail_check(segment: LogSegment) -> int:

@@ -110,22 +110,37 @@ def test_swapped_in_segments_serve_reads_and_survive_reopening(tmp_path):
         again.close()
 
 
-@pytest.mark.parametrize("phase", ["cleaned", "swap", "old-deleted"])
+def aborted_in(segment) -> list:
+    return segment.collect_aborted_txns(0, 2**63 - 1)[0]
+
+
+@pytest.mark.parametrize("phase", ["cleaned", "log-swap-only", "swap", "old-deleted",
+                                   "log-named"])
 def test_a_crash_during_the_swap_leaves_old_or_new(tmp_path, phase):
     h, plog = written_log(tmp_path / "t-0")
     before = read_all(plog)
-    cleaned, group = cleaning(h, plog)[1]  # a group in the middle of the log
+    # a group in the middle of the log whose cleaned .txnindex keeps aborted transactions
+    cleaned, group = next((c, g) for c, g in cleaning(h, plog)[1:] if aborted_in(c))
+    kept_aborted = aborted_in(cleaned)
     expected = expected_after(plog, [(cleaned, group)])
-    if phase != "cleaned":
+    log_path = cleaned.path(".log")
+    if phase == "log-swap-only":  # the renaming to .swap stopped after the log
+        os.rename(log_path, log_path.removesuffix(".cleaned") + SWAP_SUFFIX)
+    if phase in ("swap", "old-deleted", "log-named"):
         cleaned.change_file_suffix(SWAP_SUFFIX)
-    if phase == "old-deleted":
+    if phase in ("old-deleted", "log-named"):
         for segment in group:
             segment.rename_to_deleted()
+    if phase == "log-named":  # the last renaming stopped after the log
+        os.rename(cleaned.path(".log"), cleaned.path(".log").removesuffix(SWAP_SUFFIX))
     # the process dies here: nothing is closed or flushed further
     again = open_log(tmp_path / "t-0", CONFIG, clock=FakeClock(T0), clean=False)
     assert read_all(again) == (before if phase == "cleaned" else expected)
     assert records(read_all(again)) == (records(before) if phase == "cleaned"
                                         else records(expected))
+    if phase != "cleaned":  # the cleaned segment came with its aborted-transaction index
+        [swapped] = [s for s in again.segments if s.base_offset == group[0].base_offset]
+        assert aborted_in(swapped) == kept_aborted
     names = os.listdir(tmp_path / "t-0")
     assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))]
     again.close()
