@@ -83,8 +83,13 @@ class BrokerMetrics:
              "Seconds since the cleaner last looked for work (-1: never).",
              lambda: -1 if stats.last_run_ms is None
              else (clock() - stats.last_run_ms) / 1000),
+            ("semel_log_cleaner_process_peak_rss_bytes",
+             ("Peak memory of the cleaner process (its key map is bounded by "
+             "log.cleaner.dedupe.buffer.size); 0 before its first cleaning."),
+             lambda: stats.worker_max_rss_bytes),
         ):
             Gauge(name, doc, registry=self.registry).set_function(read)
+        self.registry.register(CleanedPartitionsCollector(stats, clock))
 
     def register_exactly_once(self, log_manager, txn_coordinator,
                               loop: asyncio.AbstractEventLoop) -> None:
@@ -103,6 +108,29 @@ class BrokerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class CleanedPartitionsCollector:
+    """Seconds since each compacted partition's last cleaning, by topic and partition
+    (partitions not cleaned since the broker started are absent)."""
+
+    NAME = "semel_log_cleaner_partition_seconds_since_last_clean"
+
+    def __init__(self, stats, clock) -> None:
+        self.stats = stats
+        self.clock = clock
+
+    def describe(self):
+        return [GaugeMetricFamily(self.NAME, "", labels=["topic", "partition"])]
+
+    def collect(self):
+        family = GaugeMetricFamily(
+            self.NAME, "Seconds since the partition's last cleaning ended.",
+            labels=["topic", "partition"])
+        now = self.clock()
+        for tp, ended in list(self.stats.last_cleaned_ms.items()):
+            family.add_metric([tp.topic, str(tp.partition)], (now - ended) / 1000)
+        yield family
 
 
 class ExactlyOnceCollector:

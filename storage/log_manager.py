@@ -582,6 +582,7 @@ class LogManager:
             plog = self._logs.pop(tp, None)
             if self.cleaner_checkpoint is not None:
                 self.cleaner_checkpoint.forget(tp)
+            self.cleaner_stats.last_cleaned_ms.pop(tp, None)
             self._dirty.pop(tp, None)
             if plog is not None:
                 plog.close(flush=False)
@@ -770,7 +771,7 @@ class LogManager:
             load_factor=self.cleaner_io_buffer_load_factor,
             max_io_bytes_per_second=self.cleaner_io_max_bytes_per_second)
         if result is not None:
-            stats.record(result)
+            stats.record(result, self.clock())
         await self.purge_deleted()
         return result
 

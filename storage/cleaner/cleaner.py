@@ -17,7 +17,7 @@ checkpoint.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from storage.cleaner.filter import FilterStats
@@ -63,8 +63,11 @@ class CleanerStats:
     last_run_ms: int | None = None  # when the cleaner last looked for work
     worker_max_rss_bytes: int = 0  # peak memory of the cleaner process so far
     map_entries: int = 0  # keys in the offset map of the last cleaning
+    # when each partition's last cleaning ended (broker clock, ms)
+    last_cleaned_ms: dict[TopicPartition, int] = field(default_factory=dict)
 
-    def record(self, result: CleaningResult) -> None:
+    def record(self, result: CleaningResult, now_ms: int) -> None:
+        self.last_cleaned_ms[result.topic_partition] = now_ms
         self.runs += 1
         self.bytes_read += result.bytes_before
         self.bytes_written += result.bytes_after

@@ -107,6 +107,12 @@ def test_compacted_topic_through_confluent_kafka(tmp_path):
             result.bytes_before - result.bytes_after)
         assert metric("semel_log_cleaner_seconds_since_last_run") == 0
         assert 0 < metric("semel_log_cleaner_max_dirty_ratio") <= 1
+        assert metric("semel_log_cleaner_process_peak_rss_bytes") > 1 << 20
+        assert metric("semel_log_cleaner_partition_seconds_since_last_clean",
+                      {"topic": topic, "partition": "0"}) == 0
+        clock.ms += 5_000
+        assert metric("semel_log_cleaner_partition_seconds_since_last_clean",
+                      {"topic": topic, "partition": "0"}) == 5
         after_committed = consume_all(bootstrap, topic, "read_committed")
         after_uncommitted = consume_all(bootstrap, topic, "read_uncommitted")
         assert len(after_committed) < len(before_committed)
