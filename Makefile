@@ -11,12 +11,13 @@ DATA_DIR ?= ./data
 PYTEST_ARGS ?= -q
 BENCH_ARGS ?=
 BENCH_BASELINE ?=
+BENCH_CLEANER_ARGS ?=
 CHAOS_DURATION ?= 1800
 CHAOS_ARGS ?=
 HOSTILE_DURATION ?= 1800
 HOSTILE_ARGS ?=
 
-.PHONY: run test test-deps jars bench protocol lint chaos hostile
+.PHONY: run test test-deps jars bench bench-cleaner protocol lint chaos hostile
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -79,6 +80,13 @@ $(VENV)/.installed-bench: pyproject.toml $(NATIVE) | $(VPY)
 bench: $(VENV)/.installed-bench
 	@$(COMPILE)
 	$(VPY) bench/run.py $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)) $(BENCH_ARGS)
+
+# the log cleaner (bench/bench_cleaner.py, ~10 min): internal topics after 100,000 offset
+# commits and 20,000 transactions (sizes, load times, cleaning MB/s, the cleaner's memory),
+# then make bench's produce-1k-1p in pairs with the cleaner idle and busy
+bench-cleaner: $(VENV)/.installed-bench
+	@$(COMPILE)
+	$(VPY) bench/bench_cleaner.py $(BENCH_CLEANER_ARGS)
 
 protocol: $(VENV)/.installed-specs jars
 	$(VPY) -m protocol.codegen
