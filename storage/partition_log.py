@@ -52,9 +52,11 @@ the partition goes offline for writes but keeps serving reads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
+import os
 import random
 import struct
 from bisect import bisect_right
@@ -98,11 +100,17 @@ from storage.producer_state import (
     ProducerStateManager,
 )
 from storage.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
     SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     AppendedBatch,
     LogSegment,
     SegmentRollbackError,
+    segment_file_name,
 )
 from storage.topic_partition import TopicPartition
 
@@ -1303,7 +1311,7 @@ class PartitionLog:
         self._unflushed.pop(segment.base_offset, None)
         if self._hw_position is not None and self._hw_position[0] is segment:
             self._hw_position = None
-        segment.close()
+        segment.close(for_deletion=True)
         try:
             self._deleted_segments.append((segment, segment.rename_to_deleted()))
             snapshot = self.producer_state.remove_and_mark_snapshot_for_deletion(
@@ -1331,22 +1339,38 @@ class PartitionLog:
         2. the old segments leave the log and their files are renamed ``.deleted`` (reads
            in progress keep them open until they finish);
         3. the new files get their own names, the directory is fsynced.
-        Reads started after this call see only the new segment."""
+        Reads started after this call see only the new segment.
+
+        Only step 1 can fail (an OSError: the new files are then removed, the log is as it
+        was); from step 2 on nothing is written (the old segments' pending index entries are
+        dropped) and a failed last directory fsync is only logged: the ``.swap`` was
+        durable, so a crash then still recovers to the new segment."""
         first = self._segments.index(old[0])
         if (self._segments[first : first + len(old)] != old
                 or first + len(old) >= len(self._segments)
                 or new.base_offset != old[0].base_offset):
             raise ValueError("not a run of non-active segments starting at the new base")
-        new.flush()
-        new.change_file_suffix(SWAP_SUFFIX)
-        self._fs.fsync_dir(self.dir)
+        try:
+            new.flush()
+            new.change_file_suffix(SWAP_SUFFIX)
+            self._fs.fsync_dir(self.dir)
+        except OSError:
+            new.close()
+            for file_suffix in {CLEANED_SUFFIX, SWAP_SUFFIX, new.file_suffix}:
+                for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                    path = os.path.join(self.dir, segment_file_name(new.base_offset, kind)
+                                        + file_suffix)
+                    with contextlib.suppress(OSError):
+                        if self._fs.exists(path):
+                            self._fs.remove(path)
+            raise
         self._segments[first : first + len(old)] = [new]
         self._base_offsets[first : first + len(old)] = [new.base_offset]
         for segment in old:
             self._unflushed.pop(segment.base_offset, None)
             if self._hw_position is not None and self._hw_position[0] is segment:
                 self._hw_position = None
-            segment.close()
+            segment.close(for_deletion=True)
             self._deleted_segments.append((segment, segment.rename_to_deleted()))
             if segment.base_offset != new.base_offset:
                 snapshot = self.producer_state.remove_and_mark_snapshot_for_deletion(
@@ -1354,7 +1378,11 @@ class PartitionLog:
                 if snapshot is not None:
                     self.deleted_files.append(snapshot)
         new.change_file_suffix("")
-        self._fs.fsync_dir(self.dir)
+        try:
+            self._fs.fsync_dir(self.dir)
+        except OSError as exc:
+            log.error("%s: fsync of %s after a swap failed: %s", self.topic_partition, self.dir,
+                      exc)
         log.info("%s: cleaned segments %s swapped in as %d", self.topic_partition,
                  [s.base_offset for s in old], new.base_offset)
 

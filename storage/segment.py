@@ -109,6 +109,7 @@ class LogSegment:
     __slots__ = (
         "_bytes_since_last_index_entry",
         "_close_pending",
+        "_discard_index_writes",
         "_fs",
         "_log",
         "_max_timestamp",
@@ -155,6 +156,7 @@ class LogSegment:
         self._log: FileHandle | None = None
         self._pins = 0
         self._close_pending = False
+        self._discard_index_writes = False
         log_path = self.path(LOG_SUFFIX)
         if create:
             self._log = fs.open(log_path)
@@ -561,7 +563,13 @@ class LogSegment:
             self.offset_index.flush()
             self.time_index.flush()
 
-    def close(self) -> None:
+    def close(self, *, for_deletion: bool = False) -> None:
+        """Close the files (once no reader pins the segment). ``for_deletion``: the segment
+        leaves the log (retention, a cleaning's swap): index entries not yet written are
+        dropped, so closing writes nothing and cannot fail on a bad disk part way through
+        the caller's renames."""
+        if for_deletion:
+            self._discard_index_writes = True
         if self._pins:
             self._close_pending = True
         else:
@@ -572,8 +580,9 @@ class LogSegment:
         if self._log is not None:
             self._log.close()
             self._log = None
-        self.offset_index.close()
-        self.time_index.close()
+        write_pending = not self._discard_index_writes
+        self.offset_index.close(write_pending=write_pending)
+        self.time_index.close(write_pending=write_pending)
         self.txn_index.close()
 
     def rename_to_deleted(self) -> list[str]:

@@ -170,8 +170,10 @@ class TimeIndex:
         if self._handle is not None and not self._handle.closed:
             self._handle.fsync()
 
-    def close(self) -> None:
-        if self._deferred.pending:
+    def close(self, *, write_pending: bool = True) -> None:
+        """``write_pending`` False: the index is being deleted; entries not yet written are
+        dropped."""
+        if self._deferred.pending and write_pending:
             self._deferred.write(self._file())
         if self._handle is not None:
             self._handle.close()

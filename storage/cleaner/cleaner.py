@@ -115,7 +115,7 @@ async def clean_partition(plog: PartitionLog, checkpoint: CleanerCheckpoint,
         return None
     job = CleaningJob(
         plog.dir, config, tuple(SegmentFile.of(s) for s in segments), rng.first_dirty_offset,
-        uncleanable, tuple(_aborted_transactions(segments)),
+        uncleanable, tuple(_aborted_transactions(plog.segments, uncleanable)),
         {pid: entry.last_data_offset for pid, entry in plog.producer_state.producers.items()
          if entry.last_data_offset >= 0},
         now_ms, dedupe_buffer_bytes, load_factor, max_io_bytes_per_second)
@@ -131,14 +131,19 @@ async def clean_partition(plog: PartitionLog, checkpoint: CleanerCheckpoint,
         return None
     by_base = {s.base_offset: s for s in segments}
     before = after = swapped = 0
-    for cleaned in output.groups:
+    for i, cleaned in enumerate(output.groups):
         group = [by_base[base] for base in cleaned.old_base_offsets]
         before += sum(s.size for s in group)
         after += cleaned.size
         live = plog.segments
-        if all(s in live for s in group) and not plog.closed:
-            plog.replace_segments(open_cleaned(fs, plog.dir, cleaned.base_offset, config,
-                                               now_ms), group)
+        if all(s in live for s in group) and not plog.closed and not plog.offline:
+            try:
+                plog.replace_segments(open_cleaned(fs, plog.dir, cleaned.base_offset, config,
+                                                   now_ms), group)
+            except OSError:  # nothing of this group changed; the rest are not swapped
+                for rest in output.groups[i + 1 :]:
+                    remove_cleaned(fs, plog.dir, rest.base_offset)
+                raise
             swapped += 1
         else:
             remove_cleaned(fs, plog.dir, cleaned.base_offset)
@@ -153,9 +158,15 @@ async def clean_partition(plog: PartitionLog, checkpoint: CleanerCheckpoint,
                           output.map_entries, output.max_rss_bytes, output.seconds)
 
 
-def _aborted_transactions(segments: list[LogSegment]) -> list[AbortedTxn]:
+def _aborted_transactions(segments: list[LogSegment], upper_bound: int = 2**63 - 1
+                          ) -> list[AbortedTxn]:
+    """The aborted transactions with data below ``upper_bound``, from every segment's
+    ``.txnindex`` (Kafka's collectAbortedTransactions): an entry sits in the segment of its
+    ABORT marker, which may come after the cleanable range, even in the active segment."""
     found: dict[AbortedTxn, None] = {}
     for segment in segments:
-        txns, _ = segment.collect_aborted_txns(0, 2**63 - 1)
+        txns, complete = segment.collect_aborted_txns(0, upper_bound)
         found.update(dict.fromkeys(txns))
+        if complete:  # no later segment holds one
+            break
     return list(found)

@@ -157,3 +157,28 @@ async def test_a_deletion_racing_a_cleaning(tmp_path, worker, when):
     assert TP not in checkpoint.offsets  # not advanced past groups that were not swapped
     assert not [n for n in os.listdir(tmp_path / "t-0") if n.endswith((".cleaned", ".swap"))]
     plog.close()
+
+
+async def test_an_abort_marker_past_the_cleanable_range_still_removes_its_data(tmp_path, worker):
+    """The ABORT marker is in the active segment, its data in the range cleaned: the data
+    goes and the committed value before it stays the key's latest (the aborted transactions
+    come from every segment's .txnindex, as Kafka's collectAbortedTransactions; found by the
+    chaos suite)."""
+    h = History()
+    h.data([(b"k", b"committed")])
+    h.data([(b"k", b"aborted")], pid=9, transactional=True)
+    h.end(9, commit=False)
+    config = LogConfig.from_overrides(LogConfig(), {"cleanup.policy": "compact"})
+    plog = open_log(tmp_path / "t-0", config, clock=FakeClock(T0))
+    for i, batch in enumerate(h.batches):
+        if i == 2:
+            plog.roll()  # the marker opens the active segment
+        control = BatchHeader(memoryview(batch)).is_control
+        plog.append(bytearray(batch), origin="coordinator" if control else "client")
+    fs = RealFileSystem()
+    checkpoint = CleanerCheckpoint(fs, str(tmp_path / CLEANER_OFFSET_CHECKPOINT))
+    result = await clean_partition(plog, checkpoint, worker, dedupe_buffer_bytes=1 << 20,
+                                   now_ms=T0 + 1, fs=fs)
+    assert result is not None and result.stats.aborted_records_removed == 1
+    assert read(batches_of(plog), [], committed=False) == [(0, b"k", b"committed")]
+    plog.close()

@@ -5,6 +5,7 @@ idempotent producer's state survives."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -20,7 +21,7 @@ from storage.cleaner.writer import (
     write_cleaned,
 )
 from storage.config import LogConfig
-from storage.fs import RealFileSystem
+from storage.fs import FaultyFileSystem, RealFileSystem
 from storage.segment import SWAP_SUFFIX
 from tests.storage.cleaner.history import T0, History
 from tests.storage.cleaner.test_writer import history
@@ -32,9 +33,9 @@ CONFIG = LogConfig.from_overrides(LogConfig(), {"segment.bytes": "700",
                                                 "cleanup.policy": "compact"})
 
 
-def written_log(directory):
+def written_log(directory, fs=None):
     h: History = history()
-    plog = open_log(directory, CONFIG, clock=FakeClock(T0))
+    plog = open_log(directory, CONFIG, fs=fs, clock=FakeClock(T0))
     for batch in h.batches:
         control = BatchHeader(memoryview(batch)).is_control
         plog.append(bytearray(batch), origin="coordinator" if control else "client")
@@ -162,3 +163,48 @@ def test_a_reader_holding_the_old_segments_reads_them_to_the_end(tmp_path):
     seen += [bytes(data) for _, data in reader]
     assert b"".join(seen) == before
     plog.close()
+
+
+def test_a_swap_on_a_failing_disk_writes_nothing_more(tmp_path):
+    """The old segments still hold index entries not yet written (they are written at a
+    flush or close) when the disk starts failing: the swap drops them instead of writing
+    them, so it completes, and the log is the cleaned one, also after a restart (found by
+    the chaos suite: a close that raised part way left the new segment in the log under its
+    .swap names and the old files under their own)."""
+    fs = FaultyFileSystem()
+    h, plog = written_log(tmp_path / "t-0", fs)
+    pairs = cleaning(h, plog)
+    expected = expected_after(plog, pairs)
+    assert any(s.time_index._deferred.pending for _, g in pairs for s in g)
+    fs.write_error = errno.ENOSPC
+    for cleaned, group in pairs:
+        plog.replace_segments(cleaned, group)
+    assert read_all(plog) == expected
+    fs.clear_faults()
+    remove_deleted(plog)
+    again = open_log(tmp_path / "t-0", CONFIG, clock=FakeClock(T0), clean=False)
+    assert read_all(again) == expected
+    names = os.listdir(tmp_path / "t-0")
+    assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))]
+    again.close()
+
+
+def test_a_swap_whose_first_step_fails_leaves_the_log_as_it_was(tmp_path):
+    """The directory fsync after the rename to .swap fails: the new files are removed, the
+    old segments stay the log's, in memory and after a restart."""
+    fs = FaultyFileSystem()
+    h, plog = written_log(tmp_path / "t-0", fs)
+    before = read_all(plog)
+    cleaned, group = cleaning(h, plog)[1]
+    fs.fsync_error = errno.EIO
+    with pytest.raises(OSError):
+        plog.replace_segments(cleaned, group)
+    fs.clear_faults()
+    assert read_all(plog) == before
+    stem = f"{cleaned.base_offset:020d}."
+    assert not [n for n in os.listdir(tmp_path / "t-0")
+                if n.startswith(stem) and n.endswith((".cleaned", ".swap", ".deleted"))]
+    plog.close()
+    again = open_log(tmp_path / "t-0", CONFIG, clock=FakeClock(T0), clean=False)
+    assert read_all(again) == before
+    again.close()
