@@ -10,14 +10,15 @@
    until nothing is left to clean); the start times are of a broker subprocess, best of 3.
 2. produce with the cleaner busy: on one durable broker (the defaults, as `make bench`'s
    semel column), pairs of runs of `make bench`'s produce row produce-1k-1p (librdkafka,
-   1 KiB records): one with the cleaner idle, one while it cleans a compacted topic
+   1 KiB records; ``--record-size 100``: produce-100b-1p): one with the cleaner idle, one while it cleans a compacted topic
    pre-filled with ``--dirty-mb`` of keyed 1 KiB records (its min.cleanable.dirty.ratio is
    1.0 while it is filled, then 0.01). Order alternates per pair; the ratio busy/idle of
    MB/s per pair, the cleaner process's CPU over the busy run, and whether it was still
    cleaning when the run ended (it must be, or the run was not "busy").
 
     .venv/bin/python bench/bench_cleaner.py [--commits 100000] [--transactions 20000]
-        [--pairs 4] [--dirty-mb 300] [--produce-mb 128] [--part internal|busy|both]
+        [--pairs 4] [--dirty-mb 300] [--produce-mb 128] [--record-size 1024]
+        [--part internal|busy|both]
 """
 
 from __future__ import annotations
@@ -232,8 +233,8 @@ def produce_busy(args) -> None:
                 else:
                     watch.wait_idle()
                 cpu0, t0 = watch.cpu(), time.monotonic()
-                runs[kind] = workloads.produce(broker, log_dir, size=1024, producers=1,
-                                               mb=args.produce_mb)
+                runs[kind] = workloads.produce(broker, log_dir, size=args.record_size,
+                                               producers=1, mb=args.produce_mb)
                 runs[kind]["cleaner_cores"] = (watch.cpu() - cpu0) / (time.monotonic() - t0)
                 if kind == "busy" and not watch.busy():
                     raise RuntimeError(f"pair {pair}: the cleaning ended before the busy run "
@@ -247,7 +248,8 @@ def produce_busy(args) -> None:
                   f"{share:.2f} cores during the busy run, broker "
                   f"{runs['busy']['broker_cores']:.2f} cores (idle run: "
                   f"{runs['idle']['broker_cores']:.2f})", flush=True)
-        print(f"produce-1k-1p with the cleaner busy / idle: median {statistics.median(ratios):.2f}"
+        row = "produce-1k-1p" if args.record_size == 1024 else f"produce-{args.record_size}b-1p"
+        print(f"{row} with the cleaner busy / idle: median {statistics.median(ratios):.2f}"
               f" (pairs {', '.join(f'{r:.2f}' for r in ratios)}); cleaner process "
               f"{statistics.median(shares):.2f} cores (median) during the busy runs")
     finally:
@@ -261,6 +263,8 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=4)
     p.add_argument("--dirty-mb", type=int, default=300)
     p.add_argument("--produce-mb", type=int, default=128)
+    p.add_argument("--record-size", type=int, default=1024,
+                   help="1024: make bench's produce-1k-1p; 100: produce-100b-1p")
     p.add_argument("--part", choices=("internal", "busy", "both"), default="both")
     args = p.parse_args()
     if args.part in ("internal", "both"):
