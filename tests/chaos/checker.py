@@ -27,9 +27,19 @@ Anomalies (each reported with a count and examples):
   inconsistent_offset  one offset of a partition observed with two different records
   non_monotonic        a producer session's records in one partition out of send order, a
                        write acknowledged before another was sent (any producer or session)
-                       at a higher offset than it, or a consumer going back in a partition
-                       without seeking
+                       at a higher offset than it, a consumer going back in a partition
+                       without seeking, or a final read not in strictly increasing offsets
   copier_mismatch      a copier's committed output is not exactly its input
+  invented_record      a record of a compacted topic that no producer wrote (with its key,
+                       tombstone or not, partition, transactional flag)
+  resurrected_key      a compacted key whose latest write, a tombstone, is gone while an
+                       older record of the key is left
+
+Compacted topics (named by `topic` events): a missing record is not a lost write by itself;
+what must be there is each key's latest write known committed, or a later record of the key,
+or else nothing of the key at all, and only if a tombstone of it (that write, or a later one
+of unknown outcome) is older than delete.retention.ms at the end of the final read (see
+_check_compaction; tests/chaos/README.md).
 
 Power loss (`power_loss` events): with log.flush.mode=fsync nothing acknowledged may go;
 with log.flush.mode=none what was not yet fsynced may: per partition the window is
@@ -67,6 +77,8 @@ ANOMALY_TYPES = (
     "inconsistent_offset",
     "non_monotonic",
     "copier_mismatch",
+    "invented_record",
+    "resurrected_key",
 )
 # a read completing this close before its transaction's commit was invoked is not counted
 # as undecided, nor an acknowledgement this close before another send as preceding it
@@ -77,6 +89,7 @@ MAX_EXAMPLES = 5
 # for a while after the restart, and an acknowledgement may be recorded late; observations of
 # the lost window this soon after the restart count as made before the loss
 STALE_READ_GRACE_S = 10.0
+DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's
 
 TP = tuple[str, int]
 WriteKey = tuple[str, str, str | None]  # topic, value, txn
@@ -96,7 +109,8 @@ def parse_tp(name: str) -> TP:
 
 @dataclass(frozen=True)
 class LogRecord:
-    """One record of the raw log: data (value, txn header) or a control record."""
+    """One record of the raw log: data (value, txn header, key) or a control record. A
+    tombstone's value is its tombstone header (workloads/compacted.py)."""
 
     offset: int
     value: str | None
@@ -104,10 +118,12 @@ class LogRecord:
     producer_id: int = -1
     transactional: bool = False
     control: str | None = None  # "COMMIT" | "ABORT" for control records
+    key: str | None = None
+    tombstone: bool = False  # a null value
 
     def to_json(self) -> list:
         return [self.offset, self.value, self.txn, self.producer_id, self.transactional,
-                self.control]
+                self.control, self.key, self.tombstone]
 
     @classmethod
     def from_json(cls, row: list) -> LogRecord:
@@ -152,6 +168,8 @@ class Write:
     idx: int  # invocation order within the producer session
     invoke_t: float
     partition: int | None = None  # known at invoke when the workload picks it
+    record_key: str | None = None  # the record's key (compaction keeps each key's latest)
+    tombstone: bool = False  # a null value (its identity, `value`, is in a header)
     status: str = "pending"  # pending | ok | fail | info
     offset: int | None = None
     complete_t: float | None = None
@@ -162,9 +180,14 @@ class Write:
         return (self.topic, self.value, self.txn)
 
     def brief(self) -> dict:
-        return {"p": self.p, "producer": self.producer, "topic": self.topic,
-                "partition": self.partition, "value": self.value, "txn": self.txn,
-                "status": self.status, "offset": self.offset, "t": round(self.invoke_t, 3)}
+        out = {"p": self.p, "producer": self.producer, "topic": self.topic,
+               "partition": self.partition, "value": self.value, "txn": self.txn,
+               "status": self.status, "offset": self.offset, "t": round(self.invoke_t, 3)}
+        if self.record_key is not None:
+            out["key"] = self.record_key
+        if self.tombstone:
+            out["tombstone"] = True
+        return out
 
 
 @dataclass
@@ -252,6 +275,8 @@ class Checker:
         self.lso_reads: list[Event] = []
         self.power_losses: list[PowerLoss] = []
         self.broker_starts: list[float] = []
+        self.compacted: dict[str, int] = {}  # compacted topic -> its delete.retention.ms
+        self.final_read_done_t: float | None = None
 
     # -- folding the history ---------------------------------------------------------------
 
@@ -265,7 +290,8 @@ class Checker:
                     session = self.sessions[e["producer"]]
                     w = Write(p=e["p"], producer=e["producer"], topic=e["topic"],
                               value=e["value"], txn=e.get("txn"), idx=len(session),
-                              invoke_t=e["t"], partition=e.get("partition"))
+                              invoke_t=e["t"], partition=e.get("partition"),
+                              record_key=e.get("key"), tombstone=bool(e.get("tombstone")))
                     session.append(w)
                     self.writes[w.key].append(w)
                     pending[(e["p"], e["id"])] = w
@@ -306,6 +332,13 @@ class Checker:
             elif f == "lso" and type_ == "ok":
                 self.lso_reads.append(e)
                 ops["lso fetch"] += 1
+            elif f == "topic":
+                configs = e.get("configs", {})
+                if "compact" in configs.get("cleanup.policy", ""):
+                    self.compacted[e["topic"]] = int(configs.get("delete.retention.ms",
+                                                                 DEFAULT_DELETE_RETENTION_MS))
+            elif f == "phase" and e.get("name") == "final read done":
+                self.final_read_done_t = e["t"]
             elif f == "client_hang":
                 ops["client hang (librdkafka #5456), copier restarted"] += 1
             elif f == "fault":
@@ -476,6 +509,50 @@ class Checker:
                 return True
         return False
 
+    # -- compacted topics ----------------------------------------------------------------------
+
+    def _retention_passed(self, topic: str, t: float) -> bool:
+        """Whether the cleaner may have removed a tombstone written at ``t`` by the end of
+        the final read: a cleaning after its append stamps its delete horizon (that
+        cleaning's now + delete.retention.ms) and only a cleaning past the horizon removes
+        it, so not before t + delete.retention.ms. Unknown end of the final read: it may."""
+        end = self.final_read_done_t
+        return end is None or t + self.compacted[topic] / 1000 <= end + CLOCK_SLACK_S
+
+    def _committed_at_offset(self, w: Write) -> bool:
+        """Known to be in the committed log at its acknowledged offset."""
+        if w.status != "ok" or w.offset is None or w.offset < 0:
+            return False
+        return w.txn is None or self._finally_committed(w.txn)
+
+    def _maybe_committed(self, w: Write) -> bool:
+        """Not known to be absent: not failed, and not of an aborted transaction."""
+        if w.status == "fail":
+            return False
+        txn = None if w.txn is None else self.txns.get(w.txn)
+        return txn is None or txn.outcome != "aborted"
+
+    def _outcome_compacted_away(self, txn_id: str) -> bool:
+        """A transaction neither the history nor the final log decides: its end is unknown
+        and the cleaner removed every record of it from a compacted topic (and then its
+        markers), so a read of it cannot be judged."""
+        txn = self.txns.get(txn_id)
+        if txn is None or txn.outcome != "unknown":
+            return False
+        return (any(w.topic in self.compacted for w in txn.sends)
+                and not any(w.key in self.raw_at for w in txn.sends))
+
+    def _cleaned_since(self, tp: TP, r: LogRecord) -> bool:
+        """A record of the final raw read the cleaner may have removed before the
+        read_committed client came by: a later record of its key is committed, or it is a
+        tombstone past delete.retention.ms."""
+        if tp[0] not in self.compacted:
+            return False
+        if any(x.key == r.key and x.offset > r.offset for x in self.committed.get(tp, ())):
+            return True
+        writes = self.writes.get((tp[0], r.value, r.txn), [])
+        return r.tombstone and all(self._retention_passed(tp[0], w.invoke_t) for w in writes)
+
     # -- the checks ----------------------------------------------------------------------------
 
     def run(self) -> Report:
@@ -490,6 +567,8 @@ class Checker:
         self._check_offsets()
         self._check_order()
         self._check_copiers()
+        self._check_final_offsets()
+        self._check_compaction()
         self.report.operations["final records"] = sum(
             1 for rs in self.final.log.values() for r in rs if r.control is None)
         return self.report
@@ -497,7 +576,8 @@ class Checker:
     def _check_lost(self) -> None:
         for writes in self.writes.values():
             for w in writes:
-                if w.topic not in self.checked_topics or w.txn is not None:
+                if (w.topic not in self.checked_topics or w.txn is not None
+                        or w.topic in self.compacted):  # compacted: _check_compaction
                     continue
                 if w.status == "ok" and not self._present(w.key):
                     if self._write_excused(w):
@@ -511,7 +591,8 @@ class Checker:
         for session in self.sessions.values():
             by_partition: dict[int, list[Write]] = defaultdict(list)
             for w in session:
-                if w.txn is None and w.partition is not None and w.topic in self.checked_topics:
+                if (w.txn is None and w.partition is not None and w.topic in self.checked_topics
+                        and w.topic not in self.compacted):
                     by_partition[w.partition].append(w)
             for ws in by_partition.values():
                 later_present = None
@@ -534,7 +615,7 @@ class Checker:
             for tp, rs in self.committed.items():
                 for r in rs:
                     key = (tp[0], r.value, r.txn)
-                    if key not in self.client_visible:
+                    if key not in self.client_visible and not self._cleaned_since(tp, r):
                         self.report.add("lost_write",
                                         "the read_committed client did not return a record "
                                         "the log committed",
@@ -575,8 +656,10 @@ class Checker:
             writes_keys = list(keys)
             visible = [k for k in writes_keys if k in self.visible]
             committed = self._finally_committed(txn_id)
-            if committed and len(visible) < len(writes_keys):
-                missing = [k for k in writes_keys if k not in self.visible]
+            # in a compacted topic a later record of the key may have replaced a write
+            missing = [k for k in writes_keys
+                       if k not in self.visible and k[0] not in self.compacted]
+            if committed and missing:
                 if self._txn_excused(txn_id) or self._writes_excused(writes, missing):
                     self.report.allowed_losses += len(missing)
                     continue
@@ -623,6 +706,8 @@ class Checker:
                            "partition": f"{topic}/{partition}", "offset": offset,
                            "value": value, "txn": txn_id}
                 if not self._finally_committed(txn_id):
+                    if self._outcome_compacted_away(txn_id):
+                        continue
                     # a commit the lost broker made (and a reader saw) may be gone now
                     aborted = txn is not None and txn.outcome == "aborted"
                     if not aborted and self._txn_excused(txn_id, e["t"]):
@@ -814,6 +899,144 @@ class Checker:
                                 f"{output_topic} is not exactly {input_topic}: "
                                 f"{sum(missing.values())} missing, {sum(extra.values())} extra",
                                 missing=sorted(missing)[:5], extra=sorted(extra)[:5])
+
+    def _check_final_offsets(self) -> None:
+        """Both final reads of every partition in strictly increasing offset order."""
+        views = [("raw", {tp: [r.offset for r in rs] for tp, rs in self.final.log.items()})]
+        if self.final.committed is not None:
+            views.append(("read_committed client", {tp: [o for o, *_ in rs]
+                                                    for tp, rs in self.final.committed.items()}))
+        for name, view in views:
+            for tp, offsets in view.items():
+                i = next((i for i in range(1, len(offsets)) if offsets[i] <= offsets[i - 1]),
+                         None)
+                if i is not None:
+                    self.report.add("non_monotonic",
+                                    f"the final {name} read of a partition is not in strictly "
+                                    "increasing offset order", partition=tp_name(tp),
+                                    previous_offset=offsets[i - 1], offset=offsets[i])
+
+    def _check_compaction(self) -> None:
+        """Compacted topics: what the cleaner may remove (a record with a later committed
+        record of its key; a tombstone past delete.retention.ms; aborted data; markers) and
+        what it must keep: each key's latest committed record, or, if that was a tombstone
+        the cleaner removed, nothing of the key at all."""
+        if not self.compacted:
+            return
+        self._check_invented()
+        self._compaction_stats()
+        if self._none_losses():
+            self.report.notes.append(
+                "compaction check of each key's latest record skipped: power loss with "
+                "log.flush.mode=none")
+            return
+        at = {(tp, r.offset): r for tp, rs in self.final.log.items() for r in rs
+              if tp[0] in self.compacted and r.control is None}
+        views = {"final committed view": {tp: [(r.offset, r.key) for r in rs]
+                                          for tp, rs in self.committed.items()
+                                          if tp[0] in self.compacted}}
+        if self.final.committed is not None:
+            # the client's records by their keys in the raw read (_check_offsets: the same)
+            views["read_committed client"] = {
+                tp: [(o, at[(tp, o)].key) for o, *_ in rs if (tp, o) in at]
+                for tp, rs in self.final.committed.items() if tp[0] in self.compacted}
+        partitions: dict[str, list[int]] = defaultdict(list)
+        for tp in self.final.log:
+            partitions[tp[0]].append(tp[1])
+        by_key: dict[tuple[TP, str], list[Write]] = defaultdict(list)
+        for (topic, _, _), writes in self.writes.items():
+            if topic not in self.compacted:
+                continue
+            for w in writes:
+                if w.record_key is not None:
+                    for p in partitions[topic] if w.partition is None else [w.partition]:
+                        by_key[((topic, p), w.record_key)].append(w)
+        for name, view in views.items():
+            present: dict[tuple[TP, str], list[int]] = defaultdict(list)
+            for tp, rs in view.items():
+                for offset, key in rs:
+                    present[(tp, key)].append(offset)
+            for (tp, key), writes in by_key.items():
+                if tp in view:
+                    self._check_latest(name, tp, key, writes, present.get((tp, key), []))
+
+    def _check_latest(self, view: str, tp: TP, key: str, writes: list[Write],
+                      present: list[int]) -> None:
+        """The key's latest write known committed (acknowledged, its transaction committed)
+        or a record after it is in ``view``; if neither is, a tombstone (that one, or a later
+        write of unknown outcome) past delete.retention.ms was removed, and then no older
+        record of the key may be left (a reader from the start would take it for the key's
+        final value)."""
+        known = [w for w in writes if self._committed_at_offset(w)]
+        if not known:
+            return
+        latest = max(known, key=lambda w: w.offset)
+        if any(o >= latest.offset for o in present):
+            return
+        later = [w for w in writes if w is not latest and self._maybe_committed(w)
+                 and not self._committed_at_offset(w)
+                 and (w.status != "ok" or w.offset is None or w.offset > latest.offset)]
+        deleted = any(w.tombstone and self._retention_passed(tp[0], w.invoke_t)
+                      for w in [latest, *later])
+        example = {"view": view, "partition": tp_name(tp), "key": key,
+                   "latest": latest.brief(), "later_unknown_writes": len(later)}
+        if present and deleted:
+            self.report.add("resurrected_key",
+                            "a compacted key's latest write is gone (a tombstone past "
+                            "delete.retention.ms) but an older record of the key is left",
+                            older_offsets=present[-3:], **example)
+        elif present:
+            self.report.add("lost_write",
+                            "a compacted key's latest committed write is gone while older "
+                            "records of the key are left", older_offsets=present[-3:],
+                            **example)
+        elif not deleted:
+            self.report.add("lost_write",
+                            "a compacted key's latest write, a tombstone, was removed before "
+                            "delete.retention.ms had passed" if latest.tombstone else
+                            "a compacted key's latest committed write is gone, with nothing "
+                            "of the key after it", **example)
+
+    def _check_invented(self) -> None:
+        """Every record of a compacted topic read at the end or by a poll was written, and
+        as it was written: its key, tombstone or not, partition, transactional or not."""
+        for tp, rs in self.final.log.items():
+            if tp[0] not in self.compacted:
+                continue
+            for r in rs:
+                if r.control is not None:
+                    continue
+                writes = self.writes.get((tp[0], r.value, r.txn), [])
+                if not any(w.record_key == r.key and w.tombstone == r.tombstone
+                           and w.partition in (None, tp[1])
+                           and (w.txn is not None) == r.transactional for w in writes):
+                    self.report.add("invented_record",
+                                    "a record of a compacted topic that no producer wrote (with "
+                                    "this key, value, partition and transactional flag)",
+                                    partition=tp_name(tp), offset=r.offset, key=r.key,
+                                    value=r.value, txn=r.txn, tombstone=r.tombstone,
+                                    written=[w.brief() for w in writes[:2]])
+        for e in self.polls:
+            for topic, partition, offset, value, txn_id in e["records"]:
+                if topic in self.compacted and (topic, value, txn_id) not in self.writes:
+                    self.report.add("invented_record",
+                                    "a poll returned a record of a compacted topic that no "
+                                    "producer wrote", p=e["p"], c=e.get("c"),
+                                    partition=f"{topic}/{partition}", offset=offset,
+                                    value=value, txn=txn_id, t=round(e["t"], 3))
+
+    def _compaction_stats(self) -> None:
+        ops = self.report.operations
+        for writes in self.writes.values():
+            for w in writes:
+                if w.topic not in self.compacted or w.key in self.raw_at:
+                    continue
+                if self._committed_at_offset(w):
+                    ops["compaction: committed records removed"] += 1
+                    if w.tombstone:
+                        ops["compaction: tombstones removed"] += 1
+                elif w.status == "ok" and w.txn is not None and not self._maybe_committed(w):
+                    ops["compaction: aborted records removed"] += 1
 
 
 def check(events: list[Event], final: FinalRead, *,

@@ -4,7 +4,8 @@
    the high watermark everywhere (transactions of dead producers are aborted by timeout).
 2. Raw read straight from the broker (no proxy): every batch of every partition from offset
    0 to the high watermark, read_uncommitted, with each batch's producer id and
-   transactional flag and the type of each control record.
+   transactional flag, each record's key (a tombstone: flagged, its value the tombstone
+   header) and the type of each control record.
 3. A real read_committed client (confluent-kafka, through the proxy) reads every partition
    from the beginning to its last stable offset.
 
@@ -17,6 +18,7 @@ import time
 
 from protocol.records import iter_batches, iter_records, parse_control_record
 from tests.chaos.checker import FinalRead, LogRecord
+from tests.chaos.workloads.common import TOMBSTONE_HEADER
 from tests.group_wire import fetch_offsets
 from tests.kafka_wire import FETCH, LIST_OFFSETS, KafkaWire, fetch_request, list_offsets_request
 
@@ -87,11 +89,14 @@ def raw_log(direct: str, topic: str, partition: int) -> list[LogRecord]:
                         out.append(LogRecord(r.offset, None, None, header.producer_id, True,
                                              CONTROL_NAMES.get(control_type, str(control_type))))
                     else:
-                        txn = next((v.decode() for k, v in r.headers
-                                    if k == "txn" and v is not None), None)
-                        out.append(LogRecord(r.offset, None if r.value is None
-                                             else r.value.decode(errors="replace"), txn,
-                                             header.producer_id, header.is_transactional))
+                        headers = {k: v.decode() for k, v in r.headers if v is not None}
+                        value = (headers.get(TOMBSTONE_HEADER) if r.value is None
+                                 else r.value.decode(errors="replace"))
+                        out.append(LogRecord(
+                            r.offset, value, headers.get("txn"), header.producer_id,
+                            header.is_transactional, None,
+                            None if r.key is None else r.key.decode(errors="replace"),
+                            r.value is None))
                 offset = max(offset, header.next_offset)
             if offset == start:
                 raise RuntimeError(f"Fetch {topic}/{partition}@{offset}: no progress below "

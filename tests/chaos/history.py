@@ -10,8 +10,11 @@ Each event is an object with
         single events)
 
 Operations (fields besides the above):
-  send     invoke {topic, value, key, producer, txn}; ok {partition, offset}; fail/info {error}
-           producer = one producer instance (a "session"); txn = transaction id or null
+  send     invoke {topic, value, key, producer, txn[, partition][, tombstone]}; ok {partition,
+           offset}; fail/info {error}
+           producer = one producer instance (a "session"); txn = transaction id or null;
+           key = the record's key; tombstone: true for a null value, whose identity (value
+           here) travels in the record's header "tombstone"
   begin    info {txn, producer}: a transaction starts
   commit   invoke {txn, producer, writes: [[topic, value], ...]}; ok / fail / info {error}
   abort    invoke {txn, producer}; ok / info
@@ -24,11 +27,14 @@ Operations (fields besides the above):
   fault    info {fault, ...}: something the nemesis did (kill, pause, proxy, disk, ...)
   power_loss info {flush_mode, before: {"topic/p": [log_end_offset, high_watermark]},
            after: {"topic/p": log_end_offset}}: files were cut back to their fsynced length
-  phase    info {name}: run phases (start, heal, final)
+  topic    info {topic, configs}: a topic created with these configs (a compacted one: the
+           checker applies the compaction rules to it)
+  phase    info {name}: run phases (start, heal, final, final read done)
 
 Records written with a transactional producer carry a header "txn" = the transaction id, so
 a reader can tell which transaction a record came from; values are unique per topic except
-for the copier, whose output repeats input values (identity there is (value, txn)).
+for the copier, whose output repeats input values (identity there is (value, txn)). Readers
+report a tombstone's value as its "tombstone" header.
 """
 
 from __future__ import annotations

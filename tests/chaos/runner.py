@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from tests.chaos.history import History, merge, read_events, write_events
 from tests.chaos.nemesis import Nemesis
 from tests.chaos.target import Target
 from tests.chaos.workloads.common import TRANSACTION_TIMEOUT_MS, client_logger
+from tests.chaos.workloads.compacted import CompactedWorkload
 from tests.chaos.workloads.copier import CopierWorkload
 from tests.chaos.workloads.idempotent import IdempotentWorkload
 from tests.chaos.workloads.queue import QueueWorkload
@@ -40,13 +42,15 @@ ALL_FAULTS = ["kill", "kill_after_commit", "kill_at_prepare", "pause", "proxy_de
               "short_write", "fsync_fail", "txn_log_fault", "power_loss", "copier_kill"]
 DISK_FAULTS = ["disk_full", "torn_write", "short_write", "fsync_fail", "txn_log_fault"]
 PROXY_FAULTS = ["proxy_delay", "proxy_slow_one", "proxy_blackhole", "proxy_reset"]
+# the broker's line for each cleaning (storage/cleaner/cleaner.py)
+CLEANED = re.compile(r"(\S+)-\d+: cleaned offsets \[")
 
 
 @dataclass
 class Scenario:
     name: str
     duration_s: float
-    workloads: list[str]  # idempotent, queue, copier-confluent, copier-java
+    workloads: list[str]  # idempotent, queue, compacted, copier-confluent, copier-java
     faults: list[str]
     faulty: bool = True  # the faulty-fs entry point; False: the real CLI
     flush_mode: str = "fsync"
@@ -57,6 +61,7 @@ class Scenario:
     pause_s: tuple[float, float] = (6.0, 8.0)
     copier_deadline_s: float = 150.0
     bugs: tuple[str, ...] = ()  # broker bugs injected on purpose (mutation tests)
+    overrides: dict[str, str] = field(default_factory=dict)  # broker configs (target.py's too)
 
 
 def ci_profile() -> list[Scenario]:
@@ -75,6 +80,12 @@ def ci_profile() -> list[Scenario]:
                   "proxy_reset", "proxy_slow_one", "power_loss"], copier_count=3000),
         Scenario("ci-flush-none", 15, ["idempotent", "queue"],
                  ["power_loss", "kill", "proxy_reset"], flush_mode="none", idempotent_rate=60),
+        # the cleaner's key map holds 6 keys: every cleaning of the compacted topic's
+        # 8 keys a partition takes rounds
+        Scenario("ci-compacted", 15, ["compacted"],
+                 ["kill", "kill_after_commit", "kill_at_prepare", "proxy_reset", "power_loss",
+                  "disk_full"], gap_s=(1.0, 2.0),
+                 overrides={"log.cleaner.dedupe.buffer.size": "1024"}),
     ]
 
 
@@ -91,7 +102,7 @@ def mutation_profile() -> list[tuple[Scenario, set[str]]]:
 
 def disk_profile(duration_s: float) -> list[Scenario]:
     """Disk faults only, back to back, with power losses and kills in between."""
-    return [Scenario("disk", duration_s, ["idempotent", "queue", "copier-confluent"],
+    return [Scenario("disk", duration_s, ["idempotent", "queue", "compacted", "copier-confluent"],
                      [*DISK_FAULTS, *DISK_FAULTS, "power_loss", "kill_at_prepare"],
                      copier_count=int(duration_s * 60), copier_seed_rate=60.0,
                      idempotent_rate=60, gap_s=(0.5, 1.5))]
@@ -100,7 +111,8 @@ def disk_profile(duration_s: float) -> list[Scenario]:
 def long_profile(duration_s: float) -> list[Scenario]:
     mixed = duration_s * 0.8
     return [
-        Scenario("long-mixed", mixed, ["idempotent", "queue", "copier-confluent", "copier-java"],
+        Scenario("long-mixed", mixed, ["idempotent", "queue", "compacted", "copier-confluent",
+                                       "copier-java"],
                  ALL_FAULTS, copier_count=int(mixed * 60), copier_seed_rate=60.0,
                  idempotent_rate=60, gap_s=(2.0, 6.0), pause_s=(6.0, 12.0),
                  copier_deadline_s=600.0),
@@ -117,6 +129,7 @@ class Result:
     summary: str
     out_dir: Path
     liveness: list[str] = field(default_factory=list)
+    cleanings: dict[str, int] = field(default_factory=dict)  # topic -> cleanings in broker.log
 
     @property
     def ok(self) -> bool:
@@ -130,16 +143,20 @@ def run_scenario(sc: Scenario, seed: int, out_root: Path = OUT, echo=print, *,
     history = History(out / "events.jsonl")
     logger = client_logger(out, f"chaos.clients.{out.name}")
     target = Target(out / "data", history, out_dir=out, faulty=sc.faulty,
-                    flush_mode=sc.flush_mode, request_log=request_log, bugs=sc.bugs)
+                    flush_mode=sc.flush_mode, overrides=sc.overrides, request_log=request_log,
+                    bugs=sc.bugs)
     liveness: list[str] = []
     started = time.monotonic()
     target.start()
     try:
         workloads = _workloads(sc, seed, target, history, out, logger)
         topics = {t: n for w in workloads for t, n in w.topics().items()}
+        configs = {t: c for w in workloads if hasattr(w, "topic_configs")
+                   for t, c in w.topic_configs().items()}
         with KafkaWire.connect(target.direct) as wire:
             for topic, n in topics.items():
-                assert create_topic(wire, topic, n) in (Error.NONE, Error.TOPIC_ALREADY_EXISTS)
+                assert create_topic(wire, topic, n, configs.get(topic)) in (
+                    Error.NONE, Error.TOPIC_ALREADY_EXISTS)
         history.record("runner", "info", "phase", name="start", scenario=sc.name, seed=seed)
         for w in workloads:
             w.start()
@@ -179,6 +196,8 @@ def run_scenario(sc: Scenario, seed: int, out_root: Path = OUT, echo=print, *,
         except Exception as e:  # noqa: BLE001 - no final read: nothing can be checked
             liveness.append(f"final read failed: {type(e).__name__}: {e}")
             final = FinalRead()
+        # the checker's bound on when the final read saw the log (tombstone retention)
+        history.record("runner", "info", "phase", name="final read done")
         (out / "final.json").write_text(json.dumps(final.to_json()))
         liveness += [f"broker exited by itself: {c.splitlines()[0]}" for c in target.crashes]
         if unstable:
@@ -194,6 +213,7 @@ def run_scenario(sc: Scenario, seed: int, out_root: Path = OUT, echo=print, *,
         {"scenario": sc.name, "seed": seed, "flush_mode": sc.flush_mode, "faulty": sc.faulty,
          "copier_pairs": pairs, "liveness": liveness}))
     report = check(events, final, copier_pairs=pairs)
+    cleanings = count_cleanings(out / "broker.log", report)
     mode = ("faulty-fs entry point" if sc.faulty else "semel CLI") + f", flush {sc.flush_mode}"
     if sc.bugs:
         mode += f", INJECTED BUGS {', '.join(sc.bugs)}"
@@ -206,7 +226,21 @@ def run_scenario(sc: Scenario, seed: int, out_root: Path = OUT, echo=print, *,
         summary += f"\nbroker crash tail:\n{target.crashes[0][-1500:]}"
     (out / "summary.txt").write_text(summary + "\n")
     echo(summary)
-    return Result(sc, report, summary, out, liveness)
+    return Result(sc, report, summary, out, liveness, cleanings)
+
+
+def count_cleanings(broker_log: Path, report: Report) -> dict[str, int]:
+    """The cleanings of each topic the broker logged (every broker process of the run),
+    also into the report's operations."""
+    counts: dict[str, int] = {}
+    if broker_log.exists():
+        with open(broker_log, errors="replace") as f:
+            for line in f:
+                if m := CLEANED.search(line):
+                    counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    for topic, n in counts.items():
+        report.operations[f"cleanings of {topic}"] = n
+    return counts
 
 
 def _workloads(sc: Scenario, seed: int, target: Target, history: History, out: Path, logger):
@@ -218,6 +252,8 @@ def _workloads(sc: Scenario, seed: int, target: Target, history: History, out: P
         elif name == "queue":
             workloads.append(QueueWorkload(target.bootstrap, lambda: target.direct, history,
                                            seed, logger=logger))
+        elif name == "compacted":
+            workloads.append(CompactedWorkload(target.bootstrap, history, seed, logger=logger))
         elif name.startswith("copier-"):
             kind = name.split("-", 1)[1]
             workloads.append(CopierWorkload(
@@ -235,13 +271,14 @@ def recheck(out: Path) -> Result:
     events = list(read_events(out / "history.jsonl"))
     final = FinalRead.from_json(json.loads((out / "final.json").read_text()))
     report = check(events, final, copier_pairs=[tuple(p) for p in meta["copier_pairs"]])
+    cleanings = count_cleanings(out / "broker.log", report)
     summary = summarize(report, title=f"{meta['scenario']} seed={meta['seed']} (recheck)",
                         history_path=str(out / "history.jsonl"))
     for line in meta["liveness"]:
         summary += f"\nLIVENESS: {line}"
     print(summary)
     sc = Scenario(meta["scenario"], 0, [], [])
-    return Result(sc, report, summary, out, meta["liveness"])
+    return Result(sc, report, summary, out, meta["liveness"], cleanings)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,8 +35,12 @@ CONTROL = re.compile(r"chaos control on 127\.0\.0\.1:(\d+)")
 RECOVERED = re.compile(r"chaos recovered (\{.*\})")
 
 # settings of every chaos broker: small segments (rolls, multi-segment reads, snapshots),
-# fast transaction timeouts and cleanup, no initial rebalance delay
+# fast transaction timeouts and cleanup, no initial rebalance delay, the log cleaner on and
+# looking for work 5 times a second (it compacts only topics with cleanup.policy=compact:
+# the compacted workload's, and the internal topics once a segment of theirs rolls)
 BASE_OVERRIDES = {
+    "log.cleaner.enable": "true",
+    "log.cleaner.backoff.ms": "200",
     "log.segment.bytes": "262144",
     "group.initial.rebalance.delay.ms": "0",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",

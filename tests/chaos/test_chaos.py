@@ -1,7 +1,8 @@
 """The CI profile of the chaos suite (runner.py's ci_profile): each scenario runs real
 clients against a broker subprocess behind the fault proxy while the seeded nemesis kills,
 pauses, resets, fills the disk, fails fsyncs and cuts power; then the checker judges the
-history and the final read of every topic. The mutation tests run the same pipeline against a
+history and the final read of every topic (a compacted one by the compaction rules, and its
+scenario must have had cleanings that removed committed and aborted records). The mutation tests run the same pipeline against a
 broker with a bug injected on purpose and require the checker to catch it.
 
 Not flaky by construction: fixed seeds (the order and parameters of the faults), generous
@@ -23,6 +24,7 @@ SEEDS = {
     "ci-copier-confluent": 103,
     "ci-copier-java": 104,
     "ci-flush-none": 105,
+    "ci-compacted": 106,
 }
 
 
@@ -38,6 +40,11 @@ def test_chaos_ci(scenario, tmp_path):
     assert injected >= 3, result.summary
     if any(w.startswith("copier") for w in scenario.workloads):
         assert ops["txn committed"] > 0, result.summary
+    if "compacted" in scenario.workloads:
+        # the cleaner ran during the faults and removed records the checker then judged
+        assert result.cleanings.get("compact", 0) >= 3, result.summary
+        assert ops["compaction: committed records removed"] > 0, result.summary
+        assert ops["compaction: aborted records removed"] > 0, result.summary
 
 
 @pytest.mark.parametrize("scenario,expected", mutation_profile(),

@@ -34,10 +34,11 @@ class H:
         return e
 
     def send(self, value: str, *, topic: str = "t", partition: int = 0, offset: int | None = None,
-             status: str = "ok", producer: str = "s1", p: str = "w1", txn: str | None = None):
+             status: str = "ok", producer: str = "s1", p: str = "w1", txn: str | None = None,
+             key: str | None = None, tombstone: bool = False):
         i = next(self.ids)
-        self.ev(p, "invoke", "send", id=i, topic=topic, value=value, key=None, producer=producer,
-                txn=txn, partition=partition)
+        self.ev(p, "invoke", "send", id=i, topic=topic, value=value, key=key, producer=producer,
+                txn=txn, partition=partition, **({"tombstone": True} if tombstone else {}))
         if status == "ok":
             self.ev(p, "ok", "send", id=i, partition=partition, offset=offset)
         elif status in ("fail", "info"):
@@ -45,11 +46,12 @@ class H:
 
     def txn(self, txn: str, writes: list[tuple[str, int, int]], *, outcome: str = "commit",
             producer: str = "tx1", p: str = "w2", topic: str = "t") -> None:
-        """writes: (value, partition, offset); outcome commit | abort | commit-unknown | open."""
+        """writes: (value, partition, offset[, key]); outcome commit | abort | commit-unknown |
+        open."""
         self.ev(p, "info", "begin", txn=txn, producer=producer)
-        for value, partition, offset in writes:
+        for value, partition, offset, *key in writes:
             self.send(value, topic=topic, partition=partition, offset=offset, producer=producer,
-                      p=p, txn=txn)
+                      p=p, txn=txn, key=key[0] if key else None)
         if outcome == "open":
             return
         if outcome == "abort":
@@ -57,7 +59,7 @@ class H:
             self.ev(p, "ok", "abort", txn=txn, producer=producer)
             return
         self.ev(p, "invoke", "commit", txn=txn, producer=producer,
-                writes=[[topic, v] for v, _, _ in writes])
+                writes=[[topic, v] for v, *_ in writes])
         if outcome == "commit":
             self.ev(p, "ok", "commit", txn=txn, producer=producer)
         else:
@@ -70,8 +72,8 @@ class H:
     def put(self, tp: tuple[str, int], *records: LogRecord) -> None:
         self.log.setdefault(tp, []).extend(records)
 
-    def data(self, tp, offset, value, txn=None, pid=1):
-        self.put(tp, LogRecord(offset, value, txn, pid, txn is not None, None))
+    def data(self, tp, offset, value, txn=None, pid=1, *, key=None, tombstone=False):
+        self.put(tp, LogRecord(offset, value, txn, pid, txn is not None, None, key, tombstone))
 
     def marker(self, tp, offset, pid, control="COMMIT"):
         self.put(tp, LogRecord(offset, None, None, pid, True, control))
@@ -620,3 +622,172 @@ def test_flush_none_committed_transaction_whose_acknowledged_data_was_cut():
     h2.marker(T0, 2, 3)
     h2.committed_from_log()
     assert h2.check().kinds() == {"lost_write"}
+
+
+# ---------------------------------------------------------------------------- compacted topics
+
+C0 = ("c", 0)
+RETENTION_S = 1.0  # the compacted topic's delete.retention.ms, 1000
+
+
+def compacted() -> H:
+    """A compacted topic "c" after some cleanings: each key's latest committed record is
+    there (b's older b2 too: compaction is lazy), a1 and b1 replaced, the aborted a3 and its
+    ABORT marker removed, the deleted key d gone with its tombstone (past its retention), the
+    recent tombstone of e still there."""
+    h = H()
+    h.ev("w0", "info", "topic", topic="c",
+         configs={"cleanup.policy": "compact", "delete.retention.ms": "1000"})
+    h.send("a1", topic="c", key="a", offset=0)
+    h.send("b1", topic="c", key="b", offset=1)
+    h.send("d1", topic="c", key="d", offset=2)
+    h.send("d2", topic="c", key="d", offset=3, tombstone=True)
+    h.t += RETENTION_S
+    h.txn("x1", [("a2", 0, 4, "a"), ("b2", 0, 5, "b")], topic="c")
+    h.txn("x2", [("a3", 0, 7, "a")], outcome="abort", topic="c")
+    h.send("b3", topic="c", key="b", offset=9)
+    h.send("e1", topic="c", key="e", offset=10, tombstone=True)
+    h.data(C0, 4, "a2", "x1", pid=7, key="a")
+    h.data(C0, 5, "b2", "x1", pid=7, key="b")
+    h.marker(C0, 6, 7)
+    h.data(C0, 9, "b3", key="b")
+    h.data(C0, 10, "e1", key="e", tombstone=True)
+    h.poll([("c", 0, 4, "a2", "x1"), ("c", 0, 9, "b3", None)], c="cc")
+    h.committed_from_log()
+    h.ev("runner", "info", "phase", name="final read done")
+    return h
+
+
+def drop(h: H, offset: int) -> None:
+    """The record at ``offset`` was removed from the final reads (raw and client)."""
+    h.log[C0] = [r for r in h.log[C0] if r.offset != offset]
+    h.client[C0] = [r for r in h.client[C0] if r[0] != offset]
+
+
+def test_compacted_history_has_no_anomaly():
+    report = compacted().check()
+    assert report.ok, summarize(report, title="compacted")
+    ops = report.operations
+    assert ops["compaction: committed records removed"] == 4  # a1, b1, d1, d2
+    assert ops["compaction: tombstones removed"] == 1
+    assert ops["compaction: aborted records removed"] == 1
+
+
+def test_compacted_latest_committed_record_missing():
+    h = compacted()
+    drop(h, 9)  # b3: b's latest, while the older b2 is left
+    only(h.check(), "lost_write")
+    h = compacted()
+    drop(h, 4)  # a2 (of a committed transaction): nothing of a is left
+    drop(h, 5)
+    drop(h, 6)
+    only(h.check(), "lost_write")
+
+
+def test_compacted_latest_removed_for_an_aborted_write():
+    """The cleaner took the aborted a3 for a's latest, removed a2, then removed a3 as
+    aborted: a is gone."""
+    h = compacted()
+    drop(h, 4)
+    only(h.check(), "lost_write")
+
+
+def test_compacted_aborted_record_present():
+    h = compacted()
+    h.poll([("c", 0, 7, "a3", "x2")], c="cc2")
+    only(h.check(), "aborted_read")
+    # the ABORT marker removed while the aborted data is left: a read_committed client
+    # returns it
+    h = compacted()
+    h.data(C0, 7, "a3", "x2", pid=7, key="a")
+    h.log[C0].sort(key=lambda r: r.offset)
+    h.client[C0] = sorted([*h.client[C0], (7, "a3", "x2")])
+    assert {"aborted_read", "hanging_transaction"} == h.check().kinds()
+
+
+def test_compacted_invented_record():
+    h = compacted()
+    h.data(C0, 11, "zz", key="a")  # never written
+    h.committed_from_log()
+    only(h.check(), "invented_record")
+    h = compacted()
+    h.log[C0] = [LogRecord(9, "b3", None, 1, False, None, "b", True) if r.offset == 9 else r
+                 for r in h.log[C0]]  # b3 turned into a tombstone
+    h.committed_from_log()
+    only(h.check(), "invented_record")
+    h = compacted()
+    h.log[C0] = [LogRecord(9, "b3", None, 1, False, None, "a") if r.offset == 9 else r
+                 for r in h.log[C0]]  # b3 under another key (and b's latest is gone)
+    h.committed_from_log()
+    assert h.check().kinds() == {"invented_record", "lost_write"}
+    h = compacted()
+    h.poll([("c", 0, 9, "b9", None)], c="cc2")
+    assert "invented_record" in h.check().kinds()
+
+
+def test_final_read_offsets_strictly_increase():
+    h = compacted()
+    h.log[C0] = [*h.log[C0][:-2], h.log[C0][-1], h.log[C0][-2]]  # 10 before 9
+    only(h.check(), "non_monotonic")
+    h = compacted()
+    h.client[C0] = [*h.client[C0], h.client[C0][-1]]  # the client returned 10 twice
+    assert "non_monotonic" in h.check().kinds()
+
+
+def test_compacted_tombstone_removed_within_retention():
+    h = compacted()
+    drop(h, 10)  # e1, written less than delete.retention.ms before the final read
+    only(h.check(), "lost_write")
+
+
+def test_compacted_deleted_key_with_older_record_left():
+    h = compacted()
+    h.data(C0, 2, "d1", key="d")  # d2 (its tombstone) is gone, d1 is not
+    h.log[C0].sort(key=lambda r: r.offset)
+    h.committed_from_log()
+    only(h.check(), "resurrected_key")
+
+
+def test_compacted_deleted_key_may_keep_its_tombstone_and_older_records():
+    h = compacted()
+    h.data(C0, 2, "d1", key="d")
+    h.data(C0, 3, "d2", key="d", tombstone=True)
+    h.data(C0, 0, "a1", key="a")
+    h.log[C0].sort(key=lambda r: r.offset)
+    h.committed_from_log()
+    assert h.check().ok
+
+
+def test_compacted_later_tombstone_of_unknown_outcome_may_have_deleted_the_key():
+    """b4, a tombstone of unknown outcome sent after b3, may have replaced b3 and gone
+    itself once delete.retention.ms passed; then nothing of b may be left."""
+    def deleted_b(*, wait_s: float) -> H:
+        h = compacted()
+        h.send("b4", topic="c", key="b", status="info", tombstone=True)
+        h.t += wait_s
+        h.ev("runner", "info", "phase", name="final read done")
+        drop(h, 5)
+        drop(h, 9)
+        return h
+
+    assert deleted_b(wait_s=RETENTION_S).check().ok
+    only(deleted_b(wait_s=0).check(), "lost_write")  # b4 too recent to be gone
+    h = deleted_b(wait_s=RETENTION_S)
+    h.data(C0, 5, "b2", "x1", pid=7, key="b")
+    h.log[C0].sort(key=lambda r: r.offset)
+    h.committed_from_log()
+    only(h.check(), "resurrected_key")
+
+
+def test_compacted_client_may_miss_what_the_cleaner_removed_after_the_raw_read():
+    h = compacted()
+    h.client[C0] = [r for r in h.client[C0] if r[0] != 5]  # b2: b3 replaced it
+    assert h.check().ok
+    h.client[C0] = [r for r in h.client[C0] if r[0] != 9]  # b3: b's latest
+    assert h.check().kinds() == {"lost_write"}
+
+
+def test_removal_in_a_topic_not_compacted_is_a_lost_write():
+    h = compacted()
+    h.events = [e for e in h.events if e["f"] != "topic"]
+    assert "lost_write" in h.check().kinds()

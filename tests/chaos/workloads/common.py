@@ -21,6 +21,8 @@ DELIVERY_TIMEOUT_MS = 120_000
 TRANSACTION_TIMEOUT_MS = 20_000
 SESSION_TIMEOUT_MS = 10_000
 API_TIMEOUT_S = 30.0
+# a tombstone (null value) carries its identity in this header (workloads/compacted.py)
+TOMBSTONE_HEADER = "tombstone"
 
 
 def client_logger(out_dir: Path | None, name: str = "chaos.clients") -> logging.Logger:
@@ -133,6 +135,15 @@ def guarded(errors: list[str], fn):
     return run
 
 
+def discard(producer, timeout: float = 1.0, *, dead: bool = True) -> None:
+    """Let a producer deliver what it can (a dead one: nothing, its records are purged);
+    a fatal one raises from flush."""
+    if dead:
+        purge(producer)
+    with contextlib.suppress(Exception):
+        producer.flush(timeout)
+
+
 def purge(producer) -> None:
     """Drop a dead producer's queued and in-flight records; each gets an error report
     (outcome unknown) at the next poll or flush instead of waiting for its timeout."""
@@ -145,11 +156,15 @@ def partition_for(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
-def txn_header(msg) -> str | None:
+def header(msg, name: str) -> str | None:
     for k, v in msg.headers() or ():
-        if k == "txn":
+        if k == name:
             return v.decode() if v is not None else None
     return None
+
+
+def txn_header(msg) -> str | None:
+    return header(msg, "txn")
 
 
 def error_text(err) -> str:
@@ -160,9 +175,12 @@ def error_text(err) -> str:
 
 
 def record_of(msg) -> list:
+    """[topic, partition, offset, value, txn] as the history records it; a tombstone's value
+    is its TOMBSTONE_HEADER (its identity: null values are all alike)."""
     value = msg.value()
     return [msg.topic(), msg.partition(), msg.offset(),
-            value.decode() if value is not None else None, txn_header(msg)]
+            value.decode() if value is not None else header(msg, TOMBSTONE_HEADER),
+            txn_header(msg)]
 
 
 def end_transaction(producer, history, p: str, txn: str, producer_id: str, *, commit: bool,

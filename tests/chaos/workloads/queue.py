@@ -24,11 +24,11 @@ from tests.chaos.workloads.common import (
     ThreadedWorkload,
     abort_open_transaction,
     consumer_config,
+    discard,
     end_transaction,
     error_text,
     partition_for,
     producer_config,
-    purge,
     record_of,
     transactional_config,
 )
@@ -136,7 +136,7 @@ class _Worker:
                 producer.init_transactions(API_TIMEOUT_S)
                 self.txn_producer = producer
             except KafkaException:
-                _discard(producer)
+                discard(producer)
         return self.txn_producer
 
     def _consumer(self):
@@ -153,13 +153,13 @@ class _Worker:
 
     def close(self) -> None:
         if self.producer is not None:
-            _discard(self.producer, 60, dead=self.fatal)
+            discard(self.producer, 60, dead=self.fatal)
         if self.txn_producer is None and self.txn_sessions:
             # the last transactional producer died with its transaction open: a new one
             # with the same id aborts it now instead of after transaction.timeout.ms
             self._txn_producer(attempts=3)
         if self.txn_producer is not None:
-            _discard(self.txn_producer)
+            discard(self.txn_producer)
         if self.consumer is not None:
             self.consumer.close()
 
@@ -200,7 +200,7 @@ class _Worker:
         except Exception:  # noqa: BLE001 - a fatal producer: the next op makes a new one
             self.fatal = True
         if self.fatal:
-            _discard(producer)
+            discard(producer)
             self.producer = None
 
     def poll(self) -> None:
@@ -241,14 +241,5 @@ class _Worker:
                     producer, self.h, self.p, txn, pid):
                 outcome = "aborted"
         if outcome == "fatal":
-            _discard(producer)
+            discard(producer)
             self.txn_producer = None
-
-
-def _discard(producer, timeout: float = 1.0, *, dead: bool = True) -> None:
-    """Let a producer deliver what it can (a dead one: nothing, its records are purged);
-    a fatal one raises from flush."""
-    if dead:
-        purge(producer)
-    with contextlib.suppress(Exception):
-        producer.flush(timeout)
