@@ -215,7 +215,8 @@ def produce_busy(args) -> None:
     from bench.brokers import SemelTarget
 
     log_dir = Path(tempfile.mkdtemp(prefix="semel-cleaner-busy-"))
-    broker = SemelTarget("fsync", ["log.cleaner.backoff.ms=200"]).start(log_dir)
+    broker = SemelTarget("fsync", ["log.cleaner.backoff.ms=200", *args.broker_set]
+                         ).start(log_dir)
     watch = CleanerProcessWatch(broker.pid)
     ratios, shares = [], []
     try:
@@ -265,6 +266,8 @@ def main() -> None:
     p.add_argument("--produce-mb", type=int, default=128)
     p.add_argument("--record-size", type=int, default=1024,
                    help="1024: make bench's produce-1k-1p; 100: produce-100b-1p")
+    p.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker config for part 2 (e.g. log.cleaner.io.max.bytes.per.second)")
     p.add_argument("--part", choices=("internal", "busy", "both"), default="both")
     args = p.parse_args()
     if args.part in ("internal", "both"):

@@ -382,6 +382,13 @@ class BrokerConfig:
         "The cleaner's bytes read and written a second, at most (default: no limit).",
         lo=1.0, hi=1.7976931348623157e308,
     )
+    log_cleaner_max_cpu_share: float = _float(
+        0.3,
+        "The cleaner's CPU time, at most, as a share of one core (measured over 300 ms).",
+        lo=0.01, hi=1.0,
+        semel="semel's own key: the cleaner shares a small machine with the broker and its "
+              "clients (docs/COMPACTION.md: produce throughput with the cleaner busy)",
+    )
     log_index_interval_bytes: int = _int(4096, "Bytes of log between two offset index entries.")
     log_index_size_max_bytes: int = _int(
         10485760, "Maximum size of an offset or time index file.", lo=4

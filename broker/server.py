@@ -86,7 +86,8 @@ class Broker:
             cleaner_backoff_ms=config.log_cleaner_backoff_ms,
             cleaner_dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
             cleaner_io_buffer_load_factor=config.log_cleaner_io_buffer_load_factor,
-            cleaner_io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second)
+            cleaner_io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+            cleaner_max_cpu_share=config.log_cleaner_max_cpu_share)
         self.metrics.register_cleaner(self.log_manager, clock)
         # SCRAM credentials in the first log dir (read on first use; see its load())
         self.scram_credentials = ScramCredentialStore(Path(config.log_dirs), self.log_manager.fs)

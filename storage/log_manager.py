@@ -157,6 +157,7 @@ class LogManager:
         cleaner_dedupe_buffer_size: int = 134217728,
         cleaner_io_buffer_load_factor: float = DEFAULT_LOAD_FACTOR,
         cleaner_io_max_bytes_per_second: float = UNLIMITED,
+        cleaner_max_cpu_share: float = 0.3,
         cleaner_worker: CleanerProcess | CleanerThread | None = None,
     ):
         if flush_mode not in FLUSH_MODES:
@@ -174,6 +175,7 @@ class LogManager:
         self.cleaner_dedupe_buffer_size = cleaner_dedupe_buffer_size
         self.cleaner_io_buffer_load_factor = cleaner_io_buffer_load_factor
         self.cleaner_io_max_bytes_per_second = cleaner_io_max_bytes_per_second
+        self.cleaner_max_cpu_share = cleaner_max_cpu_share
         # the cleaner's heavy part: a child process, started at the first cleaning
         self.cleaner_worker = cleaner_worker if cleaner_worker is not None else CleanerProcess()
         self.cleaner_checkpoint: CleanerCheckpoint | None = None
@@ -769,7 +771,8 @@ class LogManager:
             plog, checkpoint, self.cleaner_worker,
             dedupe_buffer_bytes=self.cleaner_dedupe_buffer_size, now_ms=now, fs=self.fs,
             load_factor=self.cleaner_io_buffer_load_factor,
-            max_io_bytes_per_second=self.cleaner_io_max_bytes_per_second)
+            max_io_bytes_per_second=self.cleaner_io_max_bytes_per_second,
+            max_cpu_share=self.cleaner_max_cpu_share)
         if result is not None:
             stats.record(result, self.clock())
         await self.purge_deleted()

@@ -101,7 +101,8 @@ async def clean_partition(plog: PartitionLog, checkpoint: CleanerCheckpoint,
                           worker: CleanerProcess | CleanerThread, *, dedupe_buffer_bytes: int,
                           now_ms: int, fs: RealFileSystem,
                           load_factor: float = DEFAULT_LOAD_FACTOR,
-                          max_io_bytes_per_second: float = UNLIMITED) -> CleaningResult | None:
+                          max_io_bytes_per_second: float = UNLIMITED,
+                          max_cpu_share: float = 1.0) -> CleaningResult | None:
     """Clean ``plog`` once, from its checkpoint to its cleanable end; None when there is
     nothing to clean. Raises CleanerError when the worker failed (nothing changed)."""
     tp = plog.topic_partition
@@ -118,7 +119,7 @@ async def clean_partition(plog: PartitionLog, checkpoint: CleanerCheckpoint,
         uncleanable, tuple(_aborted_transactions(plog.segments, uncleanable)),
         {pid: entry.last_data_offset for pid, entry in plog.producer_state.producers.items()
          if entry.last_data_offset >= 0},
-        now_ms, dedupe_buffer_bytes, load_factor, max_io_bytes_per_second)
+        now_ms, dedupe_buffer_bytes, load_factor, max_io_bytes_per_second, max_cpu_share)
     for segment in segments:
         segment.pin()
     try:

@@ -12,7 +12,8 @@ check of the parent pid between chunks) so that a broker killed with -9 never le
 ``.cleaned`` files under its successor.
 
 ``log.cleaner.io.max.bytes.per.second`` (Kafka's Throttler): the bytes read and written
-are kept under that rate, measured over windows of 300 ms.
+are kept under that rate; ``log.cleaner.max.cpu.share`` (semel's): the worker's CPU time
+is kept under that share of the wall time; both over windows of 300 ms.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class CleaningJob:
     dedupe_buffer_bytes: int
     load_factor: float
     max_io_bytes_per_second: float = UNLIMITED
+    max_cpu_share: float = 1.0  # of one core, over each 300 ms window
 
 
 @dataclass
@@ -76,20 +78,26 @@ class CleaningOutput:
 
 
 class Throttler:
-    """Kafka's Throttler: sleeps whenever the bytes observed in the current window ran ahead
-    of ``rate`` bytes a second. ``check`` hears every amount of I/O (and may end the process
+    """Kafka's Throttler, and a CPU budget: sleeps whenever, in the current window, the
+    bytes observed ran ahead of ``rate`` bytes a second, or the CPU time used ran ahead of
+    ``cpu_share`` of the wall time. ``check`` hears every window (and may end the process
     when its parent is gone)."""
 
     WINDOW_S = 0.3
 
-    def __init__(self, rate: float, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, rate: float = UNLIMITED, cpu_share: float = 1.0, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 cpu_clock: Callable[[], float] = time.thread_time,
                  sleep: Callable[[float], None] = time.sleep,
                  check: Callable[[], None] | None = None) -> None:
         self.rate = rate
+        self.cpu_share = cpu_share
         self._clock = clock
+        self._cpu_clock = cpu_clock
         self._sleep = sleep
         self._check = check
         self._window_start = clock()
+        self._window_cpu = cpu_clock()
         self._observed = 0
         self.slept = 0.0
 
@@ -101,13 +109,17 @@ class Throttler:
             return
         if self._check is not None:
             self._check()
+        wanted = 0.0  # the wall time this window should have taken
         if self.rate != UNLIMITED:
-            ahead = self._observed / self.rate - elapsed
-            if ahead > 0:
-                self._sleep(ahead)
-                self.slept += ahead
-                now = self._clock()
+            wanted = self._observed / self.rate
+        if self.cpu_share < 1.0:
+            wanted = max(wanted, (self._cpu_clock() - self._window_cpu) / self.cpu_share)
+        if wanted > elapsed:
+            self._sleep(wanted - elapsed)
+            self.slept += wanted - elapsed
+            now = self._clock()
         self._window_start = now
+        self._window_cpu = self._cpu_clock()
         self._observed = 0
 
 
@@ -117,7 +129,7 @@ def run_job(job: CleaningJob, fs: RealFileSystem | None = None,
     Leaves no ``.cleaned`` file behind when it fails."""
     started = time.monotonic()
     fs = fs or RealFileSystem()
-    throttle = Throttler(job.max_io_bytes_per_second, check=check)
+    throttle = Throttler(job.max_io_bytes_per_second, job.max_cpu_share, check=check)
     offset_map = OffsetMap(job.dedupe_buffer_bytes, job.load_factor)
     dirty = [s for s in job.segments if s.next_offset > job.first_dirty_offset]
     build_offset_map((b for s in dirty for b in file_batches(fs, s, throttle)), job.aborted,
