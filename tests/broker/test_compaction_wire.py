@@ -1,8 +1,10 @@
-"""An idempotent producer whose batches the cleaner compacted away, over raw frames: its last
-batch survives as an empty header, so a retry of that batch is still a duplicate (answered
-with the original offset, nothing appended), the next sequence is accepted and a gap is
-OUT_OF_ORDER_SEQUENCE_NUMBER, also after a restart, with and without producer snapshots
-(the state then comes from the cleaned log)."""
+"""Compaction over raw frames. An idempotent producer whose batches the cleaner compacted
+away: its last batch survives as an empty header, so a retry of that batch is still a
+duplicate (answered with the original offset, nothing appended), the next sequence is
+accepted and a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, also after a restart, with and without
+producer snapshots (the state then comes from the cleaned log). A read_committed reader
+inside an aborted transaction while the cleaner runs (the two-pass rule, on the broker's
+injected clock)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from broker.testing import BrokerThread
 from protocol.errors import Error
+from protocol.records import ControlType, iter_batches, iter_records, parse_control_record
 from storage.topic_partition import TopicPartition
 from tests.broker.test_idempotent_wire import fetch_values, init_producer_id, produce
 from tests.kafka_wire import (
@@ -89,3 +92,111 @@ def test_a_retry_after_compaction_is_still_a_duplicate(tmp_path, snapshots):
         gap = produce(wire, TOPIC, keyed(pid, 12, b"idem-12"))
         assert gap.error_code == Error.OUT_OF_ORDER_SEQUENCE_NUMBER
         assert values_from(wire, end) == [b"idem-10"]
+
+
+class CommittedReader:
+    """A read_committed consumer over raw fetches, as the clients are: the aborted
+    transactions of each response mark their producers aborted from their first offsets
+    until that producer's ABORT marker; batches of an aborted producer are skipped."""
+
+    def __init__(self, wire: KafkaWire) -> None:
+        self.wire = wire
+        self.offset = 0
+        self.pending: list[tuple[int, int]] = []  # (first offset, producer id), by offset
+        self.aborted_producers: set[int] = set()
+        self.delivered: list[tuple[int, bytes, bytes | None]] = []
+
+    def fetch_once(self) -> bool:
+        """One fetch of a few hundred bytes; False at the end of the log."""
+        resp = self.wire.request(FETCH, 12, fetch_request(
+            [(TOPIC, 0, self.offset)], isolation_level=1, partition_max_bytes=300,
+            max_bytes=300))
+        part = resp.responses[0].partitions[0]
+        assert part.error_code == Error.NONE
+        for txn in part.aborted_transactions or ():
+            if (txn.first_offset, txn.producer_id) not in self.pending:
+                self.pending.append((txn.first_offset, txn.producer_id))
+        self.pending.sort()
+        data = bytes(part.records or b"")
+        headers = list(iter_batches(data))
+        for header in headers:
+            if header.last_offset < self.offset:
+                continue
+            while self.pending and self.pending[0][0] <= header.last_offset:
+                self.aborted_producers.add(self.pending.pop(0)[1])
+            if header.is_control:
+                record = next(iter_records(data, header))
+                if parse_control_record(record)[0] == ControlType.ABORT:
+                    self.aborted_producers.discard(header.producer_id)
+            elif not (header.is_transactional
+                      and header.producer_id in self.aborted_producers):
+                self.delivered += [(r.offset, r.key, r.value)
+                                   for r in iter_records(data, header)]
+            self.offset = header.last_offset + 1
+        return bool(headers)
+
+
+def test_a_reader_inside_an_aborted_transaction_while_the_cleaner_runs(tmp_path):
+    """A read_committed reader is part way through an aborted transaction when cleanings
+    remove its data and find its ABORT marker removable: the marker stays (that pass only
+    stamps its delete horizon), so the reader meets it and goes on to the same producer's
+    next, committed transaction; after the horizon (the broker's injected clock) a cleaning removes the
+    marker, and a new reader from offset 0 finds no aborted record either."""
+    from confluent_kafka import Producer
+
+    from tests.integration.test_compaction_clients import Clock
+
+    clock = Clock()
+    with BrokerThread(tmp_path / "d", OVERRIDES, clock=clock) as bt:
+        make_topic(bt, TOPIC, 1, {"cleanup.policy": "compact", "segment.bytes": "1000",
+                                  "min.cleanable.dirty.ratio": "0.01",
+                                  "delete.retention.ms": "60000"})
+        plain = Producer({"bootstrap.servers": bt.bootstrap, "linger.ms": 0})
+        txn = Producer({"bootstrap.servers": bt.bootstrap, "transactional.id": "reader-tx",
+                        "linger.ms": 0})
+        txn.init_transactions(30)
+
+        def send(producer, key: bytes, value: bytes) -> None:
+            producer.produce(TOPIC, key=key, value=value, partition=0)
+            assert producer.flush(30) == 0  # one batch each
+
+        for i in range(5):
+            send(plain, b"k%d" % i, b"first-%d" % i)
+        txn.begin_transaction()
+        for i in range(8):
+            send(txn, b"a%d" % i, b"aborted-%d" % i)
+        txn.abort_transaction(30)
+        txn.begin_transaction()
+        for i in range(3):
+            send(txn, b"c%d" % i, b"committed-later-%d" % i)
+        txn.commit_transaction(30)
+        for i in range(30):  # rolls the transactions out of the active segment
+            send(plain, b"pad", b"pad-%d" % i)
+
+        with KafkaWire.connect(bt.bootstrap) as wire:
+            reader = CommittedReader(wire)
+            while not reader.aborted_producers:  # into the aborted transaction
+                assert reader.fetch_once()
+            # the first cleaning removes the aborted data; the next one (new dirty data,
+            # the log cleaned from its start again) finds the marker removable and only
+            # stamps its horizon
+            for round_ in range(2):
+                assert bt.call(bt.broker.log_manager.run_cleaner_once()) is not None
+                for i in range(30):
+                    send(plain, b"pad", b"pad-%d-%d" % (round_, i))
+            while reader.fetch_once():
+                pass
+            values = [v for _, _, v in reader.delivered]
+            assert not [v for v in values if v.startswith(b"aborted")]
+            assert [b"committed-later-%d" % i for i in range(3)] == [
+                v for v in values if v.startswith(b"committed-later")]
+
+            clock.ms += 60_001  # past the horizon: the marker goes
+            while bt.call(bt.broker.log_manager.run_cleaner_once()) is not None:
+                pass
+            fresh = CommittedReader(wire)
+            while fresh.fetch_once():
+                pass
+            latest = {k: v for _, k, v in fresh.delivered}
+            assert not [v for v in latest.values() if v.startswith(b"aborted")]
+            assert latest[b"c2"] == b"committed-later-2" and latest[b"pad"] == b"pad-1-29"
