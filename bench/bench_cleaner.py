@@ -11,7 +11,7 @@
 2. produce with the cleaner busy: on one durable broker (the defaults, as `make bench`'s
    semel column), pairs of runs of `make bench`'s produce row produce-1k-1p (librdkafka,
    1 KiB records; ``--record-size 100``: produce-100b-1p): one with the cleaner idle, one while it cleans a compacted topic
-   pre-filled with ``--dirty-mb`` of keyed 1 KiB records (its min.cleanable.dirty.ratio is
+   pre-filled with ``--dirty-mb`` of keyed 100-byte records (its min.cleanable.dirty.ratio is
    1.0 while it is filled, then 0.01). Order alternates per pair; the ratio busy/idle of
    MB/s per pair, the cleaner process's CPU over the busy run, and whether it was still
    cleaning when the run ended (it must be, or the run was not "busy").
@@ -171,7 +171,8 @@ class CleanerProcessWatch:
 
 
 def fill_dirty(bootstrap: str, topic: str, mb: int) -> None:
-    """A compacted topic of ``mb`` MB of keyed 1 KiB records over 5,000 keys, not yet
+    """A compacted topic of ``mb`` MB of keyed records of 100-byte values over 5,000 keys
+    (the cleaner's cost is per record: small records keep it busy longest), not yet
     cleanable (min.cleanable.dirty.ratio 1.0)."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -180,18 +181,19 @@ def fill_dirty(bootstrap: str, topic: str, mb: int) -> None:
     admin.create_topics([NewTopic(topic, 1, config={
         "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "1.0",
         "segment.bytes": str(16 << 20)})])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20})
-    value = os.urandom(1000)
-    for i in range(mb * 1000):
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "batch.size": 16384, "queue.buffering.max.kbytes": 1 << 20})
+    value = os.urandom(100)
+    for i in range(mb * 10_000):
         while True:
             try:
                 producer.produce(topic, key=b"key-%d" % (i % 5000), value=value, partition=0)
                 break
             except BufferError:
                 producer.poll(0.05)
-        producer.poll(0)
-    assert producer.flush(120) == 0
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(300) == 0
 
 
 def make_cleanable(bootstrap: str, topic: str) -> None:
