@@ -182,3 +182,28 @@ async def test_an_abort_marker_past_the_cleanable_range_still_removes_its_data(t
     assert result is not None and result.stats.aborted_records_removed == 1
     assert read(batches_of(plog), [], committed=False) == [(0, b"k", b"committed")]
     plog.close()
+
+
+async def test_compact_and_delete_both_apply(tmp_path):
+    """cleanup.policy=compact,delete: retention deletes the old segments by time, the
+    cleaner compacts what is left (Kafka applies both)."""
+    plog = build(tmp_path / "t-0", history(),
+                 **{"cleanup.policy": "compact,delete", "retention.ms": "1000"})
+    before = batches_of(plog)
+    # the first ~40 offsets' segments are past retention (timestamps T0 + offset)
+    assert plog.apply_retention(T0 + 40 + 1000) > 0
+    start = plog.log_start_offset
+    assert start > 0
+    kept = [b for b in before if BatchHeader(memoryview(b)).base_offset >= start]
+    assert batches_of(plog) == kept
+    fs = RealFileSystem()
+    checkpoint = CleanerCheckpoint(fs, str(tmp_path / CLEANER_OFFSET_CHECKPOINT))
+    result = await clean_partition(plog, checkpoint, CleanerThread(),
+                                   dedupe_buffer_bytes=1 << 20, now_ms=T0 + 41 + 1000, fs=fs)
+    assert result is not None and result.bytes_after < result.bytes_before
+    after = batches_of(plog)
+    aborted = _aborted_transactions(plog.segments)
+    assert latest_per_key(read(after, aborted, committed=True)) == latest_per_key(
+        read(kept, aborted, committed=True))
+    assert BatchHeader(memoryview(after[0])).base_offset >= start
+    plog.close()
