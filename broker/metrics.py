@@ -83,6 +83,9 @@ class BrokerMetrics:
              "Seconds since the cleaner last looked for work (-1: never).",
              lambda: -1 if stats.last_run_ms is None
              else (clock() - stats.last_run_ms) / 1000),
+            ("semel_log_cleaner_uncleanable_partitions",
+             ("Compacted partitions whose cleaning failed (corrupt data): skipped until a "
+             "restart."), lambda: len(stats.uncleanable)),
             ("semel_log_cleaner_process_peak_rss_bytes",
              ("Peak memory of the cleaner process (its key map is bounded by "
              "log.cleaner.dedupe.buffer.size); 0 before its first cleaning."),

@@ -50,7 +50,7 @@ from storage.cleaner.cleaner import (
     clean_partition,
 )
 from storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
-from storage.cleaner.process import CleanerProcess, CleanerThread
+from storage.cleaner.process import CleanerError, CleanerProcess, CleanerThread
 from storage.cleaner.selection import filthiest, log_to_clean
 from storage.cleaner.worker import UNLIMITED
 from storage.config import LogConfig
@@ -585,6 +585,7 @@ class LogManager:
             if self.cleaner_checkpoint is not None:
                 self.cleaner_checkpoint.forget(tp)
             self.cleaner_stats.last_cleaned_ms.pop(tp, None)
+            self.cleaner_stats.uncleanable.discard(tp)
             self._dirty.pop(tp, None)
             if plog is not None:
                 plog.close(flush=False)
@@ -754,7 +755,8 @@ class LogManager:
         candidates = []
         for tp, plog in list(self._logs.items()):
             config = plog.config
-            if "compact" not in config.cleanup_policy or plog.closed:
+            if ("compact" not in config.cleanup_policy or plog.closed
+                    or tp in self.cleaner_stats.uncleanable):
                 continue
             candidate, _ = log_to_clean(tp, plog, checkpoint.offsets.get(tp), now,
                                         min_compaction_lag_ms=config.min_compaction_lag_ms,
@@ -767,12 +769,19 @@ class LogManager:
         plog = None if chosen is None else self._logs.get(chosen.topic_partition)
         if plog is None:
             return None
-        result = await clean_partition(
-            plog, checkpoint, self.cleaner_worker,
-            dedupe_buffer_bytes=self.cleaner_dedupe_buffer_size, now_ms=now, fs=self.fs,
-            load_factor=self.cleaner_io_buffer_load_factor,
-            max_io_bytes_per_second=self.cleaner_io_max_bytes_per_second,
-            max_cpu_share=self.cleaner_max_cpu_share)
+        try:
+            result = await clean_partition(
+                plog, checkpoint, self.cleaner_worker,
+                dedupe_buffer_bytes=self.cleaner_dedupe_buffer_size, now_ms=now, fs=self.fs,
+                load_factor=self.cleaner_io_buffer_load_factor,
+                max_io_bytes_per_second=self.cleaner_io_max_bytes_per_second,
+                max_cpu_share=self.cleaner_max_cpu_share)
+        except CleanerError as exc:
+            if not exc.transient:  # Kafka's markPartitionUncleanable: the others go on
+                stats.uncleanable.add(plog.topic_partition)
+                log.error("%s is uncleanable until the broker restarts: %s",
+                          plog.topic_partition, exc)
+            raise
         if result is not None:
             stats.record(result, self.clock())
         await self.purge_deleted()

@@ -65,6 +65,8 @@ class CleanerStats:
     map_entries: int = 0  # keys in the offset map of the last cleaning
     # when each partition's last cleaning ended (broker clock, ms)
     last_cleaned_ms: dict[TopicPartition, int] = field(default_factory=dict)
+    # partitions whose cleaning failed other than transiently: skipped until a restart
+    uncleanable: set[TopicPartition] = field(default_factory=set)
 
     def record(self, result: CleaningResult, now_ms: int) -> None:
         self.last_cleaned_ms[result.topic_partition] = now_ms

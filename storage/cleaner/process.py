@@ -15,6 +15,7 @@ full.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import os
 import pickle
@@ -31,7 +32,22 @@ DEFAULT_PRIORITY = "idle"
 
 
 class CleanerError(Exception):
-    """A cleaning failed in the worker (its files are gone) or the worker died."""
+    """A cleaning failed in the worker (its files are gone) or the worker died.
+    ``error_type``: the worker's exception class name ("died" when the process did)."""
+
+    def __init__(self, message: str, error_type: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+    @property
+    def transient(self) -> bool:
+        """The worker died or met the file system (a segment deleted meanwhile, a full or
+        failing disk): the next cleaning may succeed. Anything else (corrupt records, a
+        bug) would fail again."""
+        if self.error_type == "died":
+            return True
+        kind = getattr(builtins, self.error_type, None)
+        return isinstance(kind, type) and issubclass(kind, OSError)
 
 
 class CleanerProcess:
@@ -69,12 +85,12 @@ class CleanerProcess:
             status, value = pickle.loads(await proc.stdout.readexactly(FRAME.unpack(head)[0]))
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             await self._stop()
-            raise CleanerError(f"the cleaner process died ({exc!r})") from None
+            raise CleanerError(f"the cleaner process died ({exc!r})", "died") from None
         except BaseException:  # cancelled part way: its answer would confuse the next job
             await self._stop()
             raise
         if status != "ok":
-            raise CleanerError(value)
+            raise CleanerError(value, value.split(":", 1)[0])
         return value
 
     async def _stop(self) -> None:
@@ -108,7 +124,7 @@ class CleanerThread:
         try:
             return await loop.run_in_executor(self.executor, run_job, job, self.fs)
         except Exception as exc:
-            raise CleanerError(f"{type(exc).__name__}: {exc}") from exc
+            raise CleanerError(f"{type(exc).__name__}: {exc}", type(exc).__name__) from exc
 
     async def close(self) -> None:
         pass

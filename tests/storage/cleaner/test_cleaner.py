@@ -19,6 +19,8 @@ from storage.cleaner.cleaner import (
 from storage.cleaner.process import CleanerError, CleanerProcess, CleanerThread
 from storage.config import LogConfig
 from storage.fs import RealFileSystem
+from storage.log_manager import LogManager
+from storage.topic_partition import TopicPartition
 from tests.storage.cleaner.history import T0, History, read
 from tests.storage.cleaner.test_filter import latest_per_key
 from tests.storage.log_helpers import TP, FakeClock, open_log, read_all
@@ -207,3 +209,57 @@ async def test_compact_and_delete_both_apply(tmp_path):
         read(kept, aborted, committed=True))
     assert BatchHeader(memoryview(after[0])).base_offset >= start
     plog.close()
+
+
+class FailingFor:
+    """The thread worker, failing the jobs of one partition's directory with ``error``."""
+
+    def __init__(self, directory_part: str, error: CleanerError) -> None:
+        self.inner = CleanerThread()
+        self.directory_part = directory_part
+        self.error = error
+
+    async def run(self, job):
+        if self.directory_part in job.directory:
+            raise self.error
+        return await self.inner.run(job)
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("error_type,transient", [("CorruptRecordError", False),
+                                                  ("FileNotFoundError", True),
+                                                  ("died", True)])
+async def test_a_partition_that_cannot_be_cleaned_does_not_stop_the_others(
+        tmp_path, error_type, transient):
+    """Kafka's markPartitionUncleanable: a cleaning that fails for good (corrupt data) marks
+    its partition uncleanable and the cleaner goes on with the others; a transient failure
+    (the worker died, a file went) leaves it to be tried again."""
+    worker = FailingFor("bad-0", CleanerError(f"{error_type}: injected", error_type))
+    manager = LogManager(tmp_path, default_config=LogConfig(), flush_mode="none",
+                         clock=FakeClock(T0 + 1), cleaner_worker=worker)
+    await manager.start()
+    try:
+        configs = {"cleanup.policy": "compact", "segment.bytes": "700",
+                   "min.cleanable.dirty.ratio": "0.01"}
+        manager.create_topic("bad", 1, configs)
+        manager.create_topic("good", 1, configs)
+        h = history()
+        for topic, batches in (("bad", h.batches), ("good", h.batches[:60])):  # bad: dirtier
+            plog = manager.logs[TopicPartition(topic, 0)]
+            for batch in batches:
+                control = BatchHeader(memoryview(batch)).is_control
+                plog.append(bytearray(batch), origin="coordinator" if control else "client")
+        with pytest.raises(CleanerError):
+            await manager.run_cleaner_once()
+        if transient:
+            assert manager.cleaner_stats.uncleanable == set()
+            with pytest.raises(CleanerError):  # still the dirtiest: tried again
+                await manager.run_cleaner_once()
+        else:
+            assert manager.cleaner_stats.uncleanable == {TopicPartition("bad", 0)}
+            result = await manager.run_cleaner_once()
+            assert result is not None and result.topic_partition == TopicPartition("good", 0)
+    finally:
+        await manager.close()
