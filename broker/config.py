@@ -163,6 +163,13 @@ def _parse_float(text: str, lo: float, hi: float) -> float:
     return value
 
 
+def _parse_cleanup_policy(text: str) -> str:
+    policies = [p.strip() for p in text.split(",") if p.strip()]
+    if not policies or any(p not in ("delete", "compact") for p in policies):
+        raise _Invalid(f"expected delete, compact or compact,delete, got {text!r}")
+    return ",".join(policies)
+
+
 def _parse_bool(text: str) -> bool:
     s = text.strip().lower()
     if s in ("true", "false"):
@@ -355,6 +362,11 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = _int(
         300000, "How often retention is enforced.", lo=1, hi=INT64_MAX
     )
+    log_cleanup_policy: str = _custom(
+        "delete",
+        "Default cleanup.policy of topics: delete (retention), compact, or compact,delete.",
+        _parse_cleanup_policy, str,
+    )
     log_cleaner_enable: bool = _bool(
         True,
         "Run the log cleaner: compact the partitions of topics with cleanup.policy=compact.",
@@ -373,6 +385,27 @@ class BrokerConfig:
         "Memory for the cleaner's key map; a partition with more distinct keys in its dirty "
         "range than fit is cleaned in several rounds.",
         lo=1024, hi=INT64_MAX,
+    )
+    log_cleaner_io_buffer_size: int = _int(
+        524288, "The cleaner's read and write buffers together; it reads segments in chunks "
+        "of half of it (a batch larger than that is read whole).", lo=0,
+    )
+    log_cleaner_min_cleanable_ratio: float = _float(
+        0.5, "Default min.cleanable.dirty.ratio of topics: the dirty share of a log above "
+        "which it is cleaned.", lo=0.0, hi=1.0,
+    )
+    log_cleaner_delete_retention_ms: int = _int(
+        86400000, "Default delete.retention.ms of topics: how long tombstones and "
+        "transaction markers outlive the first cleaning that finds them removable.",
+        hi=INT64_MAX,
+    )
+    log_cleaner_min_compaction_lag_ms: int = _int(
+        0, "Default min.compaction.lag.ms of topics: the shortest time a record stays "
+        "uncompacted.", hi=INT64_MAX,
+    )
+    log_cleaner_max_compaction_lag_ms: int = _int(
+        INT64_MAX, "Default max.compaction.lag.ms of topics: the longest time a record stays "
+        "ineligible for compaction.", lo=1, hi=INT64_MAX,
     )
     log_cleaner_io_buffer_load_factor: float = _float(
         0.9, "How full the cleaner's key map may get before a round ends.", lo=0.01, hi=1.0,

@@ -43,6 +43,11 @@ TOPIC_DEFAULTS_FROM_BROKER = {
     "segment.index.bytes": "log_index_size_max_bytes",
     "max.message.bytes": "message_max_bytes",
     "message.timestamp.type": "log_message_timestamp_type",
+    "cleanup.policy": "log_cleanup_policy",
+    "min.cleanable.dirty.ratio": "log_cleaner_min_cleanable_ratio",
+    "delete.retention.ms": "log_cleaner_delete_retention_ms",
+    "min.compaction.lag.ms": "log_cleaner_min_compaction_lag_ms",
+    "max.compaction.lag.ms": "log_cleaner_max_compaction_lag_ms",
 }
 
 
@@ -87,7 +92,8 @@ class Broker:
             cleaner_dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
             cleaner_io_buffer_load_factor=config.log_cleaner_io_buffer_load_factor,
             cleaner_io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
-            cleaner_max_cpu_share=config.log_cleaner_max_cpu_share)
+            cleaner_max_cpu_share=config.log_cleaner_max_cpu_share,
+            cleaner_io_buffer_size=config.log_cleaner_io_buffer_size)
         self.metrics.register_cleaner(self.log_manager, clock)
         # SCRAM credentials in the first log dir (read on first use; see its load())
         self.scram_credentials = ScramCredentialStore(Path(config.log_dirs), self.log_manager.fs)

@@ -158,6 +158,7 @@ class LogManager:
         cleaner_io_buffer_load_factor: float = DEFAULT_LOAD_FACTOR,
         cleaner_io_max_bytes_per_second: float = UNLIMITED,
         cleaner_max_cpu_share: float = 0.3,
+        cleaner_io_buffer_size: int = 524288,
         cleaner_worker: CleanerProcess | CleanerThread | None = None,
     ):
         if flush_mode not in FLUSH_MODES:
@@ -176,6 +177,7 @@ class LogManager:
         self.cleaner_io_buffer_load_factor = cleaner_io_buffer_load_factor
         self.cleaner_io_max_bytes_per_second = cleaner_io_max_bytes_per_second
         self.cleaner_max_cpu_share = cleaner_max_cpu_share
+        self.cleaner_io_buffer_size = cleaner_io_buffer_size
         # the cleaner's heavy part: a child process, started at the first cleaning
         self.cleaner_worker = cleaner_worker if cleaner_worker is not None else CleanerProcess()
         self.cleaner_checkpoint: CleanerCheckpoint | None = None
@@ -775,7 +777,8 @@ class LogManager:
                 dedupe_buffer_bytes=self.cleaner_dedupe_buffer_size, now_ms=now, fs=self.fs,
                 load_factor=self.cleaner_io_buffer_load_factor,
                 max_io_bytes_per_second=self.cleaner_io_max_bytes_per_second,
-                max_cpu_share=self.cleaner_max_cpu_share)
+                max_cpu_share=self.cleaner_max_cpu_share,
+                read_chunk_bytes=max(self.cleaner_io_buffer_size // 2, 4096))
         except CleanerError as exc:
             if not exc.transient:  # Kafka's markPartitionUncleanable: the others go on
                 stats.uncleanable.add(plog.topic_partition)

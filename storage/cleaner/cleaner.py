@@ -25,7 +25,7 @@ from storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
 from storage.cleaner.process import CleanerProcess, CleanerThread
 from storage.cleaner.selection import cleanable_range
 from storage.cleaner.worker import UNLIMITED, CleaningJob
-from storage.cleaner.writer import SegmentFile, open_cleaned, remove_cleaned
+from storage.cleaner.writer import READ_CHUNK, SegmentFile, open_cleaned, remove_cleaned
 from storage.fs import RealFileSystem
 from storage.partition_log import PartitionLog
 from storage.segment import LogSegment
@@ -104,7 +104,8 @@ async def clean_partition(plog: PartitionLog, checkpoint: CleanerCheckpoint,
                           now_ms: int, fs: RealFileSystem,
                           load_factor: float = DEFAULT_LOAD_FACTOR,
                           max_io_bytes_per_second: float = UNLIMITED,
-                          max_cpu_share: float = 1.0) -> CleaningResult | None:
+                          max_cpu_share: float = 1.0,
+                          read_chunk_bytes: int = READ_CHUNK) -> CleaningResult | None:
     """Clean ``plog`` once, from its checkpoint to its cleanable end; None when there is
     nothing to clean. Raises CleanerError when the worker failed (nothing changed)."""
     tp = plog.topic_partition
@@ -121,7 +122,8 @@ async def clean_partition(plog: PartitionLog, checkpoint: CleanerCheckpoint,
         uncleanable, tuple(_aborted_transactions(plog.segments, uncleanable)),
         {pid: entry.last_data_offset for pid, entry in plog.producer_state.producers.items()
          if entry.last_data_offset >= 0},
-        now_ms, dedupe_buffer_bytes, load_factor, max_io_bytes_per_second, max_cpu_share)
+        now_ms, dedupe_buffer_bytes, load_factor, max_io_bytes_per_second, max_cpu_share,
+        read_chunk_bytes)
     for segment in segments:
         segment.pin()
     try:

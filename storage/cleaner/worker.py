@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from storage.cleaner.filter import BatchFilter, FilterStats, build_offset_map
 from storage.cleaner.offset_map import OffsetMap
 from storage.cleaner.writer import (
+    READ_CHUNK,
     SegmentFile,
     file_batches,
     group_segments,
@@ -58,6 +59,7 @@ class CleaningJob:
     load_factor: float
     max_io_bytes_per_second: float = UNLIMITED
     max_cpu_share: float = 1.0  # of one core, over each 300 ms window
+    read_chunk_bytes: int = READ_CHUNK  # segments are read this much at a time
 
 
 @dataclass
@@ -132,7 +134,8 @@ def run_job(job: CleaningJob, fs: RealFileSystem | None = None,
     throttle = Throttler(job.max_io_bytes_per_second, job.max_cpu_share, check=check)
     offset_map = OffsetMap(job.dedupe_buffer_bytes, job.load_factor)
     dirty = [s for s in job.segments if s.next_offset > job.first_dirty_offset]
-    build_offset_map((b for s in dirty for b in file_batches(fs, s, throttle)), job.aborted,
+    build_offset_map((b for s in dirty
+                      for b in file_batches(fs, s, throttle, job.read_chunk_bytes)), job.aborted,
                      job.first_dirty_offset, offset_map)
     if offset_map.latest_offset < 0:
         return None
@@ -147,7 +150,7 @@ def run_job(job: CleaningJob, fs: RealFileSystem | None = None,
             if check is not None:
                 check()
             size = write_cleaned(fs, job.directory, group, batch_filter, job.config,
-                                 job.now_ms, throttle)
+                                 job.now_ms, throttle, job.read_chunk_bytes)
             groups.append(CleanedGroup(group[0].base_offset,
                                        [s.base_offset for s in group], size))
     except BaseException:

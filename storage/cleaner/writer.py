@@ -37,7 +37,7 @@ from storage.segment import (
 from storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 
 _INT32_MAX = 2**31 - 1
-_READ_CHUNK = 1 << 20  # bytes of batches read from an old segment at a time
+READ_CHUNK = 1 << 18  # bytes of a segment read at a time (log.cleaner.io.buffer.size / 2)
 CLEANED_FILES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
@@ -85,7 +85,7 @@ def group_segments(segments: Sequence[SegmentFile], max_size: int, max_index_siz
 
 
 def file_batches(fs: RealFileSystem, segment: SegmentFile,
-                 on_read: Callable[[int], None] | None = None
+                 on_read: Callable[[int], None] | None = None, chunk_size: int = READ_CHUNK
                  ) -> Iterator[tuple[bytes, BatchHeader]]:
     """(chunk, header) for each batch of ``segment``'s log, read a chunk at a time; the
     header's position is the batch's place in the chunk. ``on_read`` hears each chunk's
@@ -94,7 +94,7 @@ def file_batches(fs: RealFileSystem, segment: SegmentFile,
     try:
         position = 0
         while position + LOG_OVERHEAD <= segment.size:
-            chunk = handle.pread(min(_READ_CHUNK, segment.size - position), position)
+            chunk = handle.pread(min(chunk_size, segment.size - position), position)
             if on_read is not None:
                 on_read(len(chunk))
             rel = 0
@@ -124,7 +124,8 @@ def file_batches(fs: RealFileSystem, segment: SegmentFile,
 
 def write_cleaned(fs: RealFileSystem, directory: str, group: Sequence[SegmentFile],
                   batch_filter: BatchFilter, config: LogConfig, now_ms: int,
-                  on_io: Callable[[int], None] | None = None) -> int:
+                  on_io: Callable[[int], None] | None = None,
+                  chunk_size: int = READ_CHUNK) -> int:
     """Write the group's cleaned segment as ``.cleaned`` files, fsynced and closed; returns
     its size in bytes. ``batch_filter`` carries the pass's state from earlier groups;
     ``on_io`` hears the bytes read and written (the throttle)."""
@@ -137,7 +138,7 @@ def write_cleaned(fs: RealFileSystem, directory: str, group: Sequence[SegmentFil
     tracker = batch_filter.tracker
     try:
         for old in group:
-            for buf, header in file_batches(fs, old, on_io):
+            for buf, header in file_batches(fs, old, on_io, chunk_size):
                 kept_before = len(tracker.kept_aborted)
                 out = batch_filter.filter(buf, header)
                 for txn in tracker.kept_aborted[kept_before:]:

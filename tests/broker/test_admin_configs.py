@@ -80,6 +80,35 @@ def test_broker_settings_show_as_static_broker_config(tmp_path):
         assert set(retention.synonyms) == {"retention.ms", "log.retention.ms"}
 
 
+def test_cleaner_defaults_from_broker_settings(tmp_path):
+    """Kafka's broker-wide defaults of the cleaner's topic configs: log.cleanup.policy,
+    log.cleaner.min.cleanable.ratio, log.cleaner.delete.retention.ms,
+    log.cleaner.min.compaction.lag.ms and log.cleaner.max.compaction.lag.ms reach the
+    topics that do not set their own, and the cleaner uses them."""
+    from storage.topic_partition import TopicPartition
+
+    overrides = {"log.cleanup.policy": "compact,delete",
+                 "log.cleaner.min.cleanable.ratio": "0.25",
+                 "log.cleaner.delete.retention.ms": "1000",
+                 "log.cleaner.min.compaction.lag.ms": "7",
+                 "log.cleaner.max.compaction.lag.ms": "600000"}
+    with BrokerThread(tmp_path / "data", overrides) as b:
+        client = admin(b.bootstrap)
+        create(client, "inherits", {"min.compaction.lag.ms": "9"})
+        entries = describe(client, ConfigResource("topic", "inherits"))
+        for name, value in (("cleanup.policy", "compact,delete"),
+                            ("min.cleanable.dirty.ratio", "0.25"),
+                            ("delete.retention.ms", "1000"),
+                            ("max.compaction.lag.ms", "600000")):
+            assert (entries[name].value, entries[name].source) == (
+                value, ConfigSource.STATIC_BROKER_CONFIG.value), name
+        assert entries["min.compaction.lag.ms"].value == "9"
+        config = b.broker.log_manager.logs[TopicPartition("inherits", 0)].config
+        assert (config.cleanup_policy, config.min_cleanable_dirty_ratio,
+                config.delete_retention_ms, config.min_compaction_lag_ms,
+                config.max_compaction_lag_ms) == (["compact", "delete"], 0.25, 1000, 9, 600000)
+
+
 def test_describe_unknown_topic_and_bad_name(bootstrap):
     client = admin(bootstrap)
     err = failure(client.describe_configs([ConfigResource("topic", "ghost")])[
