@@ -159,8 +159,13 @@ class CompactedWorkload(ThreadedWorkload):
                         producer.flush(API_TIMEOUT_S)
                     outcome = end_transaction(producer, self.history, p, txn, producer_id,
                                               commit=commit, writes=writes)
-                except KafkaException as e:
-                    err = e.args[0]
+                except (KafkaException, SystemError) as e:
+                    # confluent-kafka may raise a fatal error (a fenced producer) from a
+                    # flush as a SystemError caused by the KafkaException
+                    cause = e if isinstance(e, KafkaException) else e.__cause__
+                    if not isinstance(cause, KafkaException):
+                        raise
+                    err = cause.args[0]
                     outcome = "fatal"
                     if not err.fatal() and err.txn_requires_abort() and abort_open_transaction(
                             producer, self.history, p, txn, producer_id):
