@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -25,6 +25,7 @@ from confluent_kafka.admin import (
 
 from tests.chaos.history import History
 from tests.chaos.target import Target
+from tests.integration.test_compaction_clients import consume_all
 
 TOPIC = "compacted"
 KEYS = 40
@@ -36,25 +37,6 @@ PHASES = {
     "old-segments-going": (".log", ".log.deleted", 1, False),
     "new-segment-named": (".log.swap", ".log", 0, True),
 }
-
-
-def consume_all(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(TOPIC, 0, 0)])
-    out = []
-    try:
-        while True:
-            msg = c.poll(15)
-            assert msg is not None, "no end of partition"
-            if msg.error():
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    return out
-                raise KafkaException(msg.error())
-            out.append((msg.offset(), msg.key(), msg.value()))
-    finally:
-        c.close()
 
 
 def write_history(bootstrap: str) -> tuple[dict[bytes, bytes | None], set[bytes]]:
@@ -107,7 +89,7 @@ def write_history(bootstrap: str) -> tuple[dict[bytes, bytes | None], set[bytes]
 def check_log(bootstrap: str, expected: dict[bytes, bytes | None], aborted: set[bytes]) -> int:
     """The consumer's view: increasing offsets, nothing aborted, each key's latest value;
     returns the records read."""
-    records = consume_all(bootstrap)
+    records = consume_all(bootstrap, TOPIC, "read_committed")
     offsets = [o for o, _, _ in records]
     assert offsets == sorted(set(offsets))
     assert not {v for _, _, v in records} & aborted
@@ -159,7 +141,7 @@ def test_kill_during_a_live_cleaning(tmp_path, phase):
         check_log(target.direct, expected, aborted)
         # the cleaner runs again and finishes
         deadline = time.monotonic() + 60
-        while (after_clean := len(consume_all(target.direct))) >= total:
+        while (after_clean := len(consume_all(target.direct, TOPIC, "read_committed"))) >= total:
             assert time.monotonic() < deadline, "the cleaner did not clean after the restart"
             time.sleep(0.2)
         check_log(target.direct, expected, aborted)

@@ -144,6 +144,21 @@ def discard(producer, timeout: float = 1.0, *, dead: bool = True) -> None:
         producer.flush(timeout)
 
 
+def finish_session(producer, fatal: threading.Event) -> int:
+    """End an idempotent producer's session: a fatal one delivers nothing more (what it
+    reports comes at once; its records stay of unknown outcome), a live one gets its
+    delivery reports. Returns the records left without one (0 once it turned fatal)."""
+    if not fatal.is_set():
+        try:
+            return producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
+        except Exception:  # noqa: BLE001 - fatal; confluent-kafka may raise SystemError
+            fatal.set()
+    purge(producer)
+    with contextlib.suppress(Exception):  # may raise the fatal error again
+        producer.flush(1)
+    return 0
+
+
 def purge(producer) -> None:
     """Drop a dead producer's queued and in-flight records; each gets an error report
     (outcome unknown) at the next poll or flush instead of waiting for its timeout."""

@@ -33,7 +33,6 @@ import time
 from tests.chaos.history import History
 from tests.chaos.workloads.common import (
     API_TIMEOUT_S,
-    DELIVERY_TIMEOUT_MS,
     TOMBSTONE_HEADER,
     ThreadedWorkload,
     abort_open_transaction,
@@ -41,9 +40,9 @@ from tests.chaos.workloads.common import (
     discard,
     end_transaction,
     error_text,
+    finish_session,
     partition_for,
     producer_config,
-    purge,
     record_of,
     transactional_config,
 )
@@ -251,15 +250,7 @@ class CompactedWorkload(ThreadedWorkload):
                 if not (e.args[0].fatal() or e.args[0].code() == KafkaError._FATAL):
                     raise
                 fatal.set()
-            if fatal.is_set():
-                purge(producer)
-                with contextlib.suppress(Exception):  # may raise the fatal error again
-                    producer.flush(1)
-                continue
-            try:
-                left = producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
-            except Exception:  # noqa: BLE001 - fatal; confluent-kafka may raise SystemError
-                left = 0
+            left = finish_session(producer, fatal)
             if left:
                 self.errors.append(f"{producer_id}: {left} records without a delivery report")
 

@@ -10,19 +10,17 @@ recorded at produce() and at its delivery report.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
 
 from tests.chaos.history import History
 from tests.chaos.workloads.common import (
-    DELIVERY_TIMEOUT_MS,
     ThreadedWorkload,
     error_text,
+    finish_session,
     partition_for,
     producer_config,
-    purge,
 )
 
 
@@ -106,17 +104,6 @@ class IdempotentWorkload(ThreadedWorkload):
                 if not (e.args[0].fatal() or e.args[0].code() == KafkaError._FATAL):
                     raise
                 fatal.set()
-            if fatal.is_set():
-                # a fatal producer delivers nothing more: report what it reports at once
-                # (its records stay of unknown outcome) instead of waiting for timeouts
-                purge(producer)
-                with contextlib.suppress(Exception):  # may raise the fatal error again
-                    producer.flush(1)
-                continue
-            try:
-                left = producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
-            except Exception:  # noqa: BLE001 - fatal; confluent-kafka may raise SystemError
-                fatal.set()
-                left = 0
-            if left and not fatal.is_set():
+            left = finish_session(producer, fatal)
+            if left:
                 self.errors.append(f"{producer_id}: {left} records without a delivery report")
