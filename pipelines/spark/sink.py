@@ -1,0 +1,312 @@
+"""Writing from Spark to Kafka exactly once: one Kafka transaction per task, fenced and
+deduplicated by a transactional id and a committed offset the sink owns.
+
+Task ``p`` of a query writes with transactional id ``<prefix>-<p>``. ``init_transactions``
+fences every earlier attempt of the same task (a retried task, a speculative copy, a zombie of
+a restarted query) and ends the transaction it left open. Inside its transaction the task
+commits, with ``send_offsets_to_transaction``, an offset of the group ``<prefix>-<p>`` on
+partition 0 of the output topic: the batch id + 1 for a stream, the job's token for a batch
+write. The records and that offset become visible together or not at all. Before writing, a
+task reads the group's committed offset: when its batch is already there, an earlier attempt
+committed the same records, and the task writes nothing. So a retried task, a re-executed
+micro-batch (Spark replays a batch with the same id and offsets after a restart) and a broker
+restart never write a batch twice.
+
+A task commits only when its input ended as Spark ends it: when an upstream stage of the same
+task fails, Spark closes the task's row stream early, and to the Python writer that looks like
+the last row, so before committing the task checks what follows the rows on its worker's input
+(``input_ended_normally``) and aborts on a cut-off stream.
+
+What the user keeps deterministic: the rows a batch's task ``p`` writes must be the same
+when Spark replays the batch (a replayed batch reads the same source offsets; the
+transformation between source and sink must not depend on time or randomness, and must
+partition the same way).
+
+Atomicity is per task: the tasks of one micro-batch commit one by one, so a read_committed
+reader may see some tasks' records of a batch before the others' (never a task's records in
+part, never twice). Atomic visibility of a whole batch needs KIP-939 two-phase commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+from pipelines.spark.options import OptionError, SinkOptions, stream_prefix
+
+log = logging.getLogger("semel.spark.sink")
+
+TXN_TIMEOUT_S = 60.0
+QUEUE_POLL_S = 0.05
+
+
+@dataclass
+class TaskResult(WriterCommitMessage):
+    """What one task attempt did, sent to the driver's commit."""
+
+    partition: int
+    attempt: int
+    records: int
+    skipped: bool  # an earlier attempt had committed this task's records
+
+
+def check_input_schema(schema: StructType, topic_option: str | None) -> None:
+    """Spark's Kafka sink rules for the DataFrame's columns; extra columns are ignored."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    text_or_bytes = (StringType(), BinaryType())
+    if "value" not in fields:
+        raise OptionError("required attribute 'value' not found")
+    for name in ("key", "value"):
+        if name in fields and fields[name] not in text_or_bytes:
+            raise OptionError(f"{name} attribute type must be a string or binary, not "
+                              f"{fields[name].simpleString()}")
+    if topic_option is None and "topic" not in fields:
+        raise OptionError("topic option required when no 'topic' attribute is present. "
+                          "Use the 'topic' option for setting a topic.")
+    if "topic" in fields and fields["topic"] != StringType():
+        raise OptionError("topic attribute type must be a string")
+    if "partition" in fields and fields["partition"] != IntegerType():
+        raise OptionError("partition attribute type must be an int")
+    if "headers" in fields:
+        headers = fields["headers"]
+        ok = (isinstance(headers, ArrayType) and isinstance(headers.elementType, StructType)
+              and [(f.name, f.dataType) for f in headers.elementType.fields]
+              == [("key", StringType()), ("value", BinaryType())])
+        if not ok:
+            raise OptionError("headers attribute type must be array<struct<key:string,"
+                              "value:binary>>")
+
+
+def _rows(batches: Iterator, topic_option: str | None) -> Iterator[tuple]:
+    """(topic, key, value, partition, headers) of each row of the Arrow batches."""
+    for batch in batches:
+        n = batch.num_rows
+        columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
+        absent = [None] * n
+        keys, values, topics, partitions, headers = (
+            columns[name].to_pylist() if name in columns else absent
+            for name in ("key", "value", "topic", "partition", "headers"))
+        if topic_option is not None:
+            topics = [topic_option] * n
+        for i in range(n):
+            h = headers[i]
+            yield (topics[i], keys[i], values[i], partitions[i],
+                   [(e["key"], e["value"]) for e in h] if h else None)
+
+
+class TaskWriter:
+    """One task attempt's transaction, and the sink-owned committed offset that says this task's
+    records of this batch are in Kafka; ``is_done`` recognises it."""
+
+    def __init__(self, options: SinkOptions, prefix: str) -> None:
+        self.options = options
+        self.prefix = prefix
+
+    def write(self, batches: Iterator, batch_id: int | None, token: str) -> TaskResult:
+        """Write a task's rows; ``batch_id`` is the micro-batch's (None for a batch job, whose
+        ``token`` tells its attempts from other jobs')."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context else 0
+        attempt = context.attemptNumber() if context else 0
+        rows = _rows(batches, self.options.topic)
+        first = next(rows, None)
+        if first is None:
+            return TaskResult(partition, attempt, 0, skipped=False)
+        name = f"{self.prefix}-{partition}"
+        marker = TopicPartition(first[0], 0)
+        producer = Producer({
+            # Java's partitioner (murmur2 of the key), as Spark's sink partitions
+            "partitioner": "murmur2_random",
+            **self.options.client,
+            "transactional.id": name,
+        })
+        consumer = Consumer({
+            **self.options.client,
+            "group.id": name,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        })
+        try:
+            # fences every earlier attempt of this task and ends what it left open
+            producer.init_transactions(TXN_TIMEOUT_S)
+            if self._is_done(consumer, marker, batch_id, token):
+                log.info("%s: batch already committed by an earlier attempt", name)
+                return TaskResult(partition, attempt, 0, skipped=True)
+            producer.begin_transaction()
+            try:
+                count = self._produce(producer, first, rows)
+                if context is not None and not input_ended_normally():
+                    raise InputCutOff(f"{name}: the task's input ended early (an upstream "
+                                      f"failure); its transaction is aborted")
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(marker.topic, 0, 1 if batch_id is None else batch_id + 1,
+                                    metadata=token)],
+                    consumer.consumer_group_metadata(), TXN_TIMEOUT_S)
+                producer.commit_transaction(TXN_TIMEOUT_S)
+            except BaseException:
+                _abort(producer, name)
+                raise
+            return TaskResult(partition, attempt, count, skipped=False)
+        finally:
+            consumer.close()
+
+    @staticmethod
+    def _is_done(consumer: Consumer, marker: TopicPartition, batch_id: int | None,
+                 token: str) -> bool:
+        [committed] = consumer.committed([marker], timeout=TXN_TIMEOUT_S)
+        if committed.error is not None:
+            raise KafkaException(committed.error)
+        if committed.offset < 0:
+            return False
+        if batch_id is not None:  # done when this or a later batch is committed
+            return committed.offset > batch_id
+        return committed.metadata == token
+
+    @staticmethod
+    def _produce(producer: Producer, first: tuple, rows: Iterator[tuple]) -> int:
+        count = 0
+        row = first
+        while row is not None:
+            topic, key, value, partition, headers = row
+            kwargs = {"key": key, "value": value}
+            if partition is not None:
+                kwargs["partition"] = partition
+            if headers:
+                kwargs["headers"] = headers
+            while True:
+                try:
+                    producer.produce(topic, **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(QUEUE_POLL_S)
+            count += 1
+            if count % 10_000 == 0:
+                producer.poll(0)
+            row = next(rows, None)
+        return count
+
+
+class InputCutOff(RuntimeError):
+    """Spark closed a task's input before its end: the task is failing upstream."""
+
+
+def input_ended_normally(wait_s: float = 30.0) -> bool:
+    """Whether the rows Spark streamed to this Python worker ended normally.
+
+    Spark's worker protocol follows a task's last Arrow batch with END_OF_STREAM; a stream cut
+    off by an upstream failure ends at end-of-file instead, which the Arrow reader takes for
+    the end too. The worker's input stream is found on the call stack (``infile`` of
+    ``pyspark.worker``'s main); when it cannot be found (another PySpark layout), the sink
+    refuses to commit rather than risk committing a partial task.
+    """
+    import select
+    import struct
+    import sys
+
+    from pyspark.serializers import SpecialLengths
+
+    frame = sys._getframe(1)
+    stream = None
+    while frame is not None:
+        candidate = frame.f_locals.get("infile")
+        if candidate is not None and hasattr(candidate, "peek"):
+            stream = candidate
+        frame = frame.f_back
+    if stream is None:
+        raise RuntimeError("cannot check that the task's input ended normally on this PySpark "
+                           "version (no worker input stream found); refusing to commit")
+    # the next bytes are already there when the stream ended normally; wait briefly otherwise
+    if not select.select([stream.fileno()], [], [], 0)[0] and not stream.peek(0):
+        select.select([stream.fileno()], [], [], wait_s)
+    head = stream.peek(4)[:4]
+    return len(head) == 4 and struct.unpack(">i", head)[0] == SpecialLengths.END_OF_STREAM
+
+
+def _abort(producer: Producer, name: str) -> None:
+    try:
+        producer.abort_transaction(TXN_TIMEOUT_S)
+    except KafkaException as e:  # fenced or fatal: the next attempt's init ends it
+        log.warning("%s: abort failed: %s", name, e)
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """``df.write.format(...)``: every task of the job writes in its own transaction; retried
+    attempts of a task write nothing once one attempt committed (the job's token)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.token = str(uuid.uuid4())
+        prefix = options.transactional_id_prefix or f"semel-spark-batch-{self.token[:13]}"
+        self.task = TaskWriter(options, prefix)
+
+    def write(self, iterator: Iterator) -> TaskResult:
+        return self.task.write(iterator, None, self.token)
+
+    def commit(self, messages: list) -> None:
+        _log_batch(self.task.prefix, None, messages)
+
+    def abort(self, messages: list) -> None:
+        log.warning("%s: write job failed; tasks that committed keep their records",
+                    self.task.prefix)
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format(...)``: the transactional ids come from the query's checkpoint,
+    so a restarted query fences and deduplicates the tasks of the run before it."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        prefix = options.transactional_id_prefix
+        if prefix is None:
+            if not options.checkpoint_location:
+                raise OptionError("the exactly-once sink needs the query's "
+                                  "'checkpointLocation' option (or 'transactionalIdPrefix')")
+            prefix = stream_prefix(options.checkpoint_location,
+                                   _query_id(options.checkpoint_location))
+        self.task = TaskWriter(options, prefix)
+
+    def write(self, iterator: Iterator) -> TaskResult:
+        from pyspark import TaskContext
+
+        batch_id = int(TaskContext.get().getLocalProperty("streaming.sql.batchId"))
+        return self.task.write(iterator, batch_id, f"batch {batch_id}")
+
+    def commit(self, messages: list, batchId: int) -> None:
+        _log_batch(self.task.prefix, batchId, messages)
+
+    def abort(self, messages: list, batchId: int) -> None:
+        log.warning("%s: batch %s failed; tasks that committed keep their records (a replay "
+                    "of the batch skips them)", self.task.prefix, batchId)
+
+
+def _query_id(checkpoint_location: str) -> str | None:
+    """The streaming query id Spark keeps in ``<checkpoint>/metadata``, when the checkpoint
+    is on a local file system (elsewhere the location alone names the query)."""
+    path = checkpoint_location
+    for scheme in ("file://", "file:"):
+        path = path.removeprefix(scheme)
+    try:
+        with open(os.path.join(path, "metadata")) as f:
+            import json
+
+            return json.loads(f.readline()).get("id")
+    except (OSError, ValueError):
+        return None
+
+
+def _log_batch(prefix: str, batch_id: int | None, messages: list) -> None:
+    results = [m for m in messages if isinstance(m, TaskResult)]
+    log.info("%s: batch %s committed: %d records from %d tasks (%d already committed)",
+             prefix, batch_id, sum(r.records for r in results), len(results),
+             sum(r.skipped for r in results))
