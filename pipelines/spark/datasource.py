@@ -86,6 +86,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return self.planner.latest(start, max_rows)
 
+    def reportLatestOffset(self) -> dict | None:
+        """The latest offsets (LSOs at read_committed) as of the last planning, for the
+        query's progress ("latestOffset")."""
+        return self.planner.last_latest
+
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.prepare_available_now()
 

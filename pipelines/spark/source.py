@@ -251,6 +251,7 @@ class StreamPlanner(Planner):
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options)
         self.target: dict[TopicPartitionKey, int] | None = None  # Trigger.AvailableNow's
+        self.last_latest: dict | None = None  # the latest offsets the last call saw
 
     def initial(self) -> dict:
         partitions = self.partitions()
@@ -264,6 +265,7 @@ class StreamPlanner(Planner):
         begin = _offsets_from_json(start)
         partitions = self.partitions()
         latest = self.offsets(partitions, LATEST)
+        self.last_latest = _offsets_to_json(latest)
         end: dict[TopicPartitionKey, int] = {}
         for tp in begin:
             if tp not in latest:
