@@ -17,6 +17,7 @@ from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from broker.testing import BrokerProcess
+from pipelines.spark.options import stream_prefix
 from tests.pipelines.test_spark_source import consume_all
 
 KEYS = 12
@@ -166,6 +167,14 @@ def test_restart_replay_and_failing_tasks(spark, broker, tmp_path):
     source.produce(400)
     run_available_now(spark, bootstrap, "orders", "copied", checkpoint)
     check_output(bootstrap, "copied", source)
+    # the tasks' transactional ids and marker groups are named after the checkpoint and the
+    # query id Spark keeps in it
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    prefix = stream_prefix(str(checkpoint), query_id)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    groups = admin.list_consumer_groups().result()
+    assert {f"{prefix}-{p}" for p in range(3)} <= {g.group_id for g in groups.valid}, (
+        groups.valid, groups.errors)
     # aborted transactions existed and were flushed to the log
     assert source.aborted and len(consume_all(bootstrap, "orders", "read_uncommitted")) == (
         len(source.committed) + len(source.aborted))
