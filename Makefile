@@ -17,7 +17,7 @@ CHAOS_ARGS ?=
 HOSTILE_DURATION ?= 1800
 HOSTILE_ARGS ?=
 
-.PHONY: run test test-deps jars bench bench-cleaner protocol lint chaos hostile
+.PHONY: run test test-deps jars bench bench-cleaner protocol lint chaos hostile pipeline
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -34,8 +34,9 @@ $(VENV)/.installed: pyproject.toml $(NATIVE) | $(VPY)
 	$(COMPILE)
 	touch $@
 
+# the tests include the Spark connector's (pipelines/spark): PySpark comes with them
 $(VENV)/.installed-test: pyproject.toml $(NATIVE) | $(VPY)
-	$(VPY) -m pip install -q -e '.[test]'
+	$(VPY) -m pip install -q -e '.[test,spark]'
 	touch $@
 
 $(VENV)/.installed-specs: pyproject.toml | $(VPY)
@@ -87,6 +88,17 @@ bench: $(VENV)/.installed-bench
 bench-cleaner: $(VENV)/.installed-bench
 	@$(COMPILE)
 	$(VPY) bench/bench_cleaner.py $(BENCH_CLEANER_ARGS)
+
+$(VENV)/.installed-spark: pyproject.toml $(NATIVE) | $(VPY)
+	$(VPY) -m pip install -q -e '.[spark]'
+	touch $@
+
+# the example exactly-once pipeline (pipelines/example): a fresh semel, orders from a
+# transactional producer (some transactions aborted), the PySpark job run twice from one
+# checkpoint on local Spark (needs Java 17+); one summary line, non-zero on any mismatch
+pipeline: $(VENV)/.installed-spark
+	@$(COMPILE)
+	$(VPY) -m pipelines.example --demo
 
 protocol: $(VENV)/.installed-specs jars
 	$(VPY) -m protocol.codegen

@@ -15,6 +15,8 @@ exactly once. docs/SPARK.md has the whole story. The name "kafka" itself is take
 
 from __future__ import annotations
 
+import logging
+
 from pipelines.spark.datasource import KafkaDataSource
 
 __all__ = ["KafkaDataSource", "register"]
@@ -22,8 +24,13 @@ __all__ = ["KafkaDataSource", "register"]
 
 def register(spark) -> None:
     """Make ``format("semel")`` (Kafka) and ``format("semel-log")`` (a data directory)
-    known to ``spark``."""
-    from pipelines.spark.datadir import DataDirDataSource
-
+    known to ``spark``. The second reads segments with semel's own storage code, so it is
+    there only where semel is installed, not where just ``pipelines`` is shipped to a
+    cluster (``--py-files``)."""
     spark.dataSource.register(KafkaDataSource)
+    try:
+        from pipelines.spark.datadir import DataDirDataSource
+    except ImportError as e:
+        logging.getLogger("semel.spark").info("format('semel-log') not registered: %s", e)
+        return
     spark.dataSource.register(DataDirDataSource)

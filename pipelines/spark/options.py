@@ -24,7 +24,8 @@ SOURCE_OPTIONS = {
     "maxoffsetspertrigger", "failondataloss", "includeheaders", "minpartitions",
     "maxrecordsperpartition", "kafkaconsumer.polltimeoutms", "groupidprefix",
 }
-SINK_OPTIONS = {"topic", "transactionalidprefix", "checkpointlocation"}
+# the last two Spark passes to a streaming sink itself (writeStream's checkpoint and name)
+SINK_OPTIONS = {"topic", "transactionalidprefix", "checkpointlocation", "queryname"}
 
 # options of Spark's Kafka source this connector does not implement: named in the error so a
 # user moving a job over knows at once what to change

@@ -203,16 +203,15 @@ class InputCutOff(RuntimeError):
     """Spark closed a task's input before its end: the task is failing upstream."""
 
 
-def input_ended_normally(wait_s: float = 30.0) -> bool:
+def input_ended_normally() -> bool:
     """Whether the rows Spark streamed to this Python worker ended normally.
 
-    Spark's worker protocol follows a task's last Arrow batch with END_OF_STREAM; a stream cut
-    off by an upstream failure ends at end-of-file instead, which the Arrow reader takes for
-    the end too. The worker's input stream is found on the call stack (``infile`` of
-    ``pyspark.worker``'s main); when it cannot be found (another PySpark layout), the sink
+    Spark's worker protocol follows a task's last Arrow batch with END_OF_STREAM at once; a
+    stream cut off by an upstream failure ends at end-of-file instead, which the Arrow reader
+    takes for the end too. The worker's input stream is found on the call stack (``infile``
+    of ``pyspark.worker``'s main); when it cannot be found (another PySpark layout), the sink
     refuses to commit rather than risk committing a partial task.
     """
-    import select
     import struct
     import sys
 
@@ -228,11 +227,10 @@ def input_ended_normally(wait_s: float = 30.0) -> bool:
     if stream is None:
         raise RuntimeError("cannot check that the task's input ended normally on this PySpark "
                            "version (no worker input stream found); refusing to commit")
-    # the next bytes are already there when the stream ended normally; wait briefly otherwise
-    if not select.select([stream.fileno()], [], [], 0)[0] and not stream.peek(0):
-        select.select([stream.fileno()], [], [], wait_s)
+    # peek reads nothing away from the worker; it waits for the next bytes or end-of-file
     head = stream.peek(4)[:4]
-    return len(head) == 4 and struct.unpack(">i", head)[0] == SpecialLengths.END_OF_STREAM
+    expected = struct.pack(">i", SpecialLengths.END_OF_STREAM)
+    return bool(head) and expected.startswith(head)
 
 
 def _abort(producer: Producer, name: str) -> None:

@@ -63,7 +63,7 @@ def test_source_option_errors(options, message):
 
 def test_sink_options():
     o = sink_options({**BOOT, "topic": "out", "checkpointLocation": "/ck",
-                      "subscribe": "ignored-as-spark-does"})
+                      "queryName": "q", "subscribe": "ignored-as-spark-does"})
     assert (o.topic, o.checkpoint_location, o.transactional_id_prefix) == ("out", "/ck", None)
     with pytest.raises(OptionError, match="must be specified"):
         sink_options({"topic": "out"})
