@@ -47,7 +47,11 @@ from pipelines.spark.options import OptionError, SinkOptions, stream_prefix
 
 log = logging.getLogger("semel.spark.sink")
 
-TXN_TIMEOUT_S = 60.0
+TXN_TIMEOUT_S = 60.0  # for the calls that take one round trip (init, offsets, committed)
+# a task's transaction stays open while it writes all its rows: librdkafka's 60 s default
+# would let the coordinator abort a large task's transaction midway (Kafka's brokers allow up
+# to transaction.max.timeout.ms, 15 minutes by default)
+TRANSACTION_TIMEOUT_MS = "600000"
 QUEUE_POLL_S = 0.05
 
 
@@ -130,6 +134,7 @@ class TaskWriter:
         producer = Producer({
             # Java's partitioner (murmur2 of the key), as Spark's sink partitions
             "partitioner": "murmur2_random",
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             **self.options.client,
             "transactional.id": name,
         })
@@ -155,7 +160,8 @@ class TaskWriter:
                     [TopicPartition(marker.topic, 0, 1 if batch_id is None else batch_id + 1,
                                     metadata=token)],
                     consumer.consumer_group_metadata(), TXN_TIMEOUT_S)
-                producer.commit_transaction(TXN_TIMEOUT_S)
+                # no timeout: the commit first delivers every queued record
+                producer.commit_transaction()
             except BaseException:
                 _abort(producer, name)
                 raise
