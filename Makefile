@@ -12,12 +12,14 @@ PYTEST_ARGS ?= -q
 BENCH_ARGS ?=
 BENCH_BASELINE ?=
 BENCH_CLEANER_ARGS ?=
+BENCH_SPARK_ARGS ?=
 CHAOS_DURATION ?= 1800
 CHAOS_ARGS ?=
 HOSTILE_DURATION ?= 1800
 HOSTILE_ARGS ?=
 
-.PHONY: run test test-deps jars bench bench-cleaner protocol lint chaos hostile pipeline
+.PHONY: run test test-deps jars bench bench-cleaner bench-spark protocol lint chaos hostile \
+	pipeline
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -92,6 +94,16 @@ bench-cleaner: $(VENV)/.installed-bench
 $(VENV)/.installed-spark: pyproject.toml $(NATIVE) | $(VPY)
 	$(VPY) -m pip install -q -e '.[spark]'
 	touch $@
+
+# the PySpark connector's speed (bench/bench_spark.py, ~5 min; Java 17+): Spark reads (count,
+# sum(length(value))) and exactly-once writes of 1 GiB of 1 KiB records and 128 MiB of 100 B
+# ones on a durable semel, against one plain confluent-kafka consumer / idempotent /
+# transactional producer; broker and client CPU per phase, py-spy of the Python workers,
+# cProfile of read_range and TaskWriter.write. BENCH_SPARK_ARGS=--quick for ~1 min.
+# Results in bench/results/<time>-spark/RESULTS.md
+bench-spark: $(VENV)/.installed-bench $(VENV)/.installed-spark
+	@$(COMPILE)
+	$(VPY) bench/bench_spark.py $(BENCH_SPARK_ARGS)
 
 # the example exactly-once pipeline (pipelines/example): a fresh semel, orders from a
 # transactional producer (some transactions aborted), the PySpark job run twice from one

@@ -29,6 +29,7 @@ part, never twice). Atomic visibility of a whole batch needs KIP-939 two-phase c
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import uuid
@@ -92,21 +93,57 @@ def check_input_schema(schema: StructType, topic_option: str | None) -> None:
                               "value:binary>>")
 
 
-def _rows(batches: Iterator, topic_option: str | None) -> Iterator[tuple]:
-    """(topic, key, value, partition, headers) of each row of the Arrow batches."""
-    for batch in batches:
-        n = batch.num_rows
-        columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
-        absent = [None] * n
-        keys, values, topics, partitions, headers = (
-            columns[name].to_pylist() if name in columns else absent
-            for name in ("key", "value", "topic", "partition", "headers"))
-        if topic_option is not None:
-            topics = [topic_option] * n
-        for i in range(n):
-            h = headers[i]
-            yield (topics[i], keys[i], values[i], partitions[i],
-                   [(e["key"], e["value"]) for e in h] if h else None)
+def _columns(batch) -> dict:
+    return {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
+
+
+def _produce_batch(producer: Producer, batch, topic_option: str | None) -> None:
+    """Queue the rows of one Arrow batch: (topic, key, value, partition, headers) per row,
+    or, the common case, key and value to the ``topic`` option's topic."""
+    columns = _columns(batch)
+    n = batch.num_rows
+    absent = [None] * n
+    keys = columns["key"].to_pylist() if "key" in columns else absent
+    values = columns["value"].to_pylist()
+    produce = producer.produce
+    if topic_option is not None and "partition" not in columns and "headers" not in columns:
+        for key, value in zip(keys, values, strict=True):
+            try:
+                produce(topic_option, value, key)
+            except BufferError:
+                _wait_for_room(producer, topic_option, value, key)
+        producer.poll(0)
+        return
+    topics = [topic_option] * n if topic_option is not None else columns["topic"].to_pylist()
+    partitions = columns["partition"].to_pylist() if "partition" in columns else absent
+    headers = columns["headers"].to_pylist() if "headers" in columns else absent
+    for topic, key, value, partition, header in zip(topics, keys, values, partitions, headers,
+                                                    strict=True):
+        kwargs = {"key": key, "value": value}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if header:
+            kwargs["headers"] = [(e["key"], e["value"]) for e in header]
+        try:
+            produce(topic, **kwargs)
+        except BufferError:
+            _wait_for_room(producer, topic, **kwargs)
+    producer.poll(0)
+
+
+def _wait_for_room(producer: Producer, topic: str, *args, **kwargs) -> None:
+    """produce() again once the local queue has room (it is full while records are sent)."""
+    while True:
+        producer.poll(QUEUE_POLL_S)
+        try:
+            producer.produce(topic, *args, **kwargs)
+            return
+        except BufferError:
+            continue
+
+
+def _marker_topic(batch, topic_option: str | None) -> str:
+    return topic_option if topic_option is not None else _columns(batch)["topic"][0].as_py()
 
 
 class TaskWriter:
@@ -125,12 +162,11 @@ class TaskWriter:
         context = TaskContext.get()
         partition = context.partitionId() if context else 0
         attempt = context.attemptNumber() if context else 0
-        rows = _rows(batches, self.options.topic)
-        first = next(rows, None)
+        first = next((b for b in batches if b.num_rows), None)
         if first is None:
             return TaskResult(partition, attempt, 0, skipped=False)
         name = f"{self.prefix}-{partition}"
-        marker = TopicPartition(first[0], 0)
+        marker = TopicPartition(_marker_topic(first, self.options.topic), 0)
         producer = Producer({
             # Java's partitioner (murmur2 of the key), as Spark's sink partitions
             "partitioner": "murmur2_random",
@@ -152,7 +188,10 @@ class TaskWriter:
                 return TaskResult(partition, attempt, 0, skipped=True)
             producer.begin_transaction()
             try:
-                count = self._produce(producer, first, rows)
+                count = 0
+                for batch in itertools.chain([first], batches):
+                    _produce_batch(producer, batch, self.options.topic)
+                    count += batch.num_rows
                 if context is not None and not input_ended_normally():
                     raise InputCutOff(f"{name}: the task's input ended early (an upstream "
                                       f"failure); its transaction is aborted")
@@ -180,29 +219,6 @@ class TaskWriter:
         if batch_id is not None:  # done when this or a later batch is committed
             return committed.offset > batch_id
         return committed.metadata == token
-
-    @staticmethod
-    def _produce(producer: Producer, first: tuple, rows: Iterator[tuple]) -> int:
-        count = 0
-        row = first
-        while row is not None:
-            topic, key, value, partition, headers = row
-            kwargs = {"key": key, "value": value}
-            if partition is not None:
-                kwargs["partition"] = partition
-            if headers:
-                kwargs["headers"] = headers
-            while True:
-                try:
-                    producer.produce(topic, **kwargs)
-                    break
-                except BufferError:
-                    producer.poll(QUEUE_POLL_S)
-            count += 1
-            if count % 10_000 == 0:
-                producer.poll(0)
-            row = next(rows, None)
-        return count
 
 
 class InputCutOff(RuntimeError):

@@ -15,6 +15,7 @@ record at or past it, or by librdkafka's end-of-partition event at or past it.
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 import time
@@ -35,6 +36,10 @@ TopicPartitionKey = tuple[str, int]
 BATCH_RECORDS = 8192  # records per Arrow batch handed to Spark
 BATCH_BYTES = 8 << 20  # or fewer when they are large
 CONSUME_MAX = 10_000  # records per librdkafka consume call
+# consume() waits until it has as many records as asked or this long: it is asked for no more
+# than the range still holds, so it waits only where offsets have gaps (markers, aborted
+# records, compaction) or the range's end is not there yet
+CONSUME_WAIT_S = 0.1
 METADATA_TIMEOUT_S = 30.0
 
 
@@ -144,6 +149,9 @@ def read_range(options: SourceOptions, part: KafkaRange) -> Iterator:
         return
     columns = RecordColumns(part.topic, part.partition, options.include_headers)
     consumer = Consumer({
+        # librdkafka pauses fetching for this long whenever its queue is full, that is
+        # whenever the reader is the slower side: its 1 s default halved a Spark read
+        "fetch.queue.backoff.ms": 10,
         **options.client,
         "group.id": f"{options.group_id_prefix}-{uuid.uuid4()}",
         "enable.auto.commit": False,
@@ -152,13 +160,17 @@ def read_range(options: SourceOptions, part: KafkaRange) -> Iterator:
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
     })
+    # the records read are all freed by the end: the garbage collector's passes over them
+    # (one Message object per record) are wasted work
+    gc.freeze()
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         size = 0
         quiet_since = time.monotonic()
+        position = part.start  # the next offset the range still needs
         done = False
         while not done:
-            messages = consumer.consume(CONSUME_MAX, 1.0)
+            messages = consumer.consume(min(CONSUME_MAX, part.end - position), CONSUME_WAIT_S)
             if not messages:
                 if time.monotonic() - quiet_since > options.poll_timeout_ms / 1000:
                     raise TimeoutError(
@@ -183,12 +195,15 @@ def read_range(options: SourceOptions, part: KafkaRange) -> Iterator:
                 columns.add(m.key(), value, offset, ts, ts_type - 1,
                             m.headers() if options.include_headers else None)
                 size += len(value) if value else 0
+                position = offset + 1
+            done = done or position >= part.end
             if len(columns) >= BATCH_RECORDS or size >= BATCH_BYTES:
                 yield columns.take()
                 size = 0
         if len(columns):
             yield columns.take()
     finally:
+        gc.unfreeze()
         consumer.close()
 
 
