@@ -207,3 +207,41 @@ def test_stream_option_errors_before_the_query_starts(spark, kafka, tmp_path):
     with pytest.raises((AnalysisException, PySparkException, ValueError),
                        match="bootstrap.servers' must be specified"):
         spark.readStream.format("semel").option("subscribe", MIXED).load()
+
+
+def test_compacted_topic_gaps(spark, tmp_path):
+    """Offsets the cleaner removed (and markers, aborted records) leave gaps everywhere,
+    also at the ends of the tasks' ranges: every range still ends, and the rows are the
+    read_committed consumer's."""
+    with BrokerThread(tmp_path / "data", {"log.cleaner.enable": "false"}) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("compacted", 1, 1, config={
+            "cleanup.policy": "compact", "segment.bytes": "2000",
+            "min.cleanable.dirty.ratio": "0.01"})])["compacted"].result()
+        plain = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        txn = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "compacting"})
+        txn.init_transactions()
+        for round_ in range(30):
+            for k in range(4):
+                plain.produce("compacted", key=b"k%d" % k, value=b"p%d" % round_)
+            plain.flush()
+            txn.begin_transaction()
+            txn.produce("compacted", key=b"t%d" % (round_ % 3), value=b"t%d" % round_)
+            txn.flush()
+            (txn.abort_transaction if round_ % 4 == 3 else txn.commit_transaction)()
+
+        async def clean_all():
+            while await b.broker.log_manager.run_cleaner_once() is not None:
+                pass
+
+        b.call(clean_all())
+        expected = sorted(consume_all(b.bootstrap, "compacted"),
+                          key=lambda d: (d["partition"], d["offset"]))
+        offsets = [r["offset"] for r in expected]
+        assert offsets[-1] - offsets[0] + 1 > 2 * len(offsets)  # mostly gaps now
+        for per_task in ("3", "1000"):
+            got = as_records(read(spark, b.bootstrap, subscribe="compacted",
+                                  maxRecordsPerPartition=per_task).collect())
+            for r in got + expected:
+                r.pop("headers", None)
+            assert got == [{k: v for k, v in r.items() if k != "headers"} for r in expected]
