@@ -148,7 +148,7 @@ def _marker_topic(batch, topic_option: str | None) -> str:
 
 class TaskWriter:
     """One task attempt's transaction, and the sink-owned committed offset that says this task's
-    records of this batch are in Kafka; ``is_done`` recognises it."""
+    records of this batch are in Kafka (``_is_done`` reads it)."""
 
     def __init__(self, options: SinkOptions, prefix: str) -> None:
         self.options = options
