@@ -590,7 +590,7 @@ class Bench:
 
         def run() -> dict:
             # a token per run: a second write of the same token is skipped as a retry
-            result = TaskWriter(options, f"bench-{out}").write(batches(), None, uuid.uuid4().hex)
+            result = TaskWriter(options).write(batches(), f"bench-{out}", 0, uuid.uuid4().hex)
             return {"records": result.records, "bytes": result.records * len(value)}
 
         text = self._cprofile("TaskWriter.write", run)

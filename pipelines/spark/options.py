@@ -256,8 +256,6 @@ def source_options(raw: Mapping[str, str], streaming: bool | None) -> SourceOpti
                           allow_latest=True)
     elif streaming is False:
         ending = OffsetSpec(LATEST)
-    if streaming is False and "maxoffsetspertrigger" in options:
-        raise OptionError("option 'maxOffsetsPerTrigger' is for streaming queries only")
     if subscription.assigned:
         for spec in (starting, ending):
             extra = spec.partitions - set(subscription.assigned) if spec else set()

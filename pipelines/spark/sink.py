@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ QUEUE_POLL_S = 0.05
 class TaskResult(WriterCommitMessage):
     """What one task attempt did, sent to the driver's commit."""
 
+    name: str  # the task's transactional id
     partition: int
     attempt: int
     records: int
@@ -97,9 +97,10 @@ def _columns(batch) -> dict:
     return {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
 
 
-def _produce_batch(producer: Producer, batch, topic_option: str | None) -> None:
+def _produce_batch(producer: Producer, batch, topic_option: str | None) -> set[str]:
     """Queue the rows of one Arrow batch: (topic, key, value, partition, headers) per row,
-    or, the common case, key and value to the ``topic`` option's topic."""
+    or, the common case, key and value to the ``topic`` option's topic. Returns the topics
+    written to."""
     columns = _columns(batch)
     n = batch.num_rows
     absent = [None] * n
@@ -113,8 +114,11 @@ def _produce_batch(producer: Producer, batch, topic_option: str | None) -> None:
             except BufferError:
                 _wait_for_room(producer, topic_option, value, key)
         producer.poll(0)
-        return
+        return {topic_option}
     topics = [topic_option] * n if topic_option is not None else columns["topic"].to_pylist()
+    if None in topics:
+        raise ValueError("null topic present in the data. Use the 'topic' option for setting "
+                         "a topic.")
     partitions = columns["partition"].to_pylist() if "partition" in columns else absent
     headers = columns["headers"].to_pylist() if "headers" in columns else absent
     for topic, key, value, partition, header in zip(topics, keys, values, partitions, headers,
@@ -129,6 +133,7 @@ def _produce_batch(producer: Producer, batch, topic_option: str | None) -> None:
         except BufferError:
             _wait_for_room(producer, topic, **kwargs)
     producer.poll(0)
+    return set(topics)
 
 
 def _wait_for_room(producer: Producer, topic: str, *args, **kwargs) -> None:
@@ -142,31 +147,37 @@ def _wait_for_room(producer: Producer, topic: str, *args, **kwargs) -> None:
             continue
 
 
-def _marker_topic(batch, topic_option: str | None) -> str:
-    return topic_option if topic_option is not None else _columns(batch)["topic"][0].as_py()
+def _first_topic(batch, topic_option: str | None) -> str:
+    if topic_option is not None:
+        return topic_option
+    topic = _columns(batch)["topic"][0].as_py()
+    if topic is None:
+        raise ValueError("null topic present in the data. Use the 'topic' option for setting "
+                         "a topic.")
+    return topic
 
 
 class TaskWriter:
     """One task attempt's transaction, and the sink-owned committed offset that says this task's
-    records of this batch are in Kafka (``_is_done`` reads it)."""
+    records of this batch are in Kafka: the group ``<transactional id>`` commits, on partition 0
+    of every topic the task wrote to, the offset batch id + 1 with the query's (or batch job's)
+    id as metadata. A replay finds it through whichever of those topics its first row names."""
 
-    def __init__(self, options: SinkOptions, prefix: str) -> None:
+    def __init__(self, options: SinkOptions) -> None:
         self.options = options
-        self.prefix = prefix
 
-    def write(self, batches: Iterator, batch_id: int | None, token: str) -> TaskResult:
-        """Write a task's rows; ``batch_id`` is the micro-batch's (None for a batch job, whose
-        ``token`` tells its attempts from other jobs')."""
+    def write(self, batches: Iterator, prefix: str, batch_id: int, owner: str) -> TaskResult:
+        """Write a task's rows as batch ``batch_id`` of ``owner`` (a streaming query's id; a
+        batch job's token, with batch id 0)."""
         from pyspark import TaskContext
 
         context = TaskContext.get()
         partition = context.partitionId() if context else 0
         attempt = context.attemptNumber() if context else 0
+        name = f"{prefix}-{partition}"
         first = next((b for b in batches if b.num_rows), None)
         if first is None:
-            return TaskResult(partition, attempt, 0, skipped=False)
-        name = f"{self.prefix}-{partition}"
-        marker = TopicPartition(_marker_topic(first, self.options.topic), 0)
+            return TaskResult(name, partition, attempt, 0, skipped=False)
         producer = Producer({
             # Java's partitioner (murmur2 of the key), as Spark's sink partitions
             "partitioner": "murmur2_random",
@@ -183,42 +194,41 @@ class TaskWriter:
         try:
             # fences every earlier attempt of this task and ends what it left open
             producer.init_transactions(TXN_TIMEOUT_S)
-            if self._is_done(consumer, marker, batch_id, token):
-                log.info("%s: batch already committed by an earlier attempt", name)
-                return TaskResult(partition, attempt, 0, skipped=True)
+            marker = TopicPartition(_first_topic(first, self.options.topic), 0)
+            if self._is_done(consumer, marker, batch_id, owner):
+                log.info("%s: batch %d already committed by an earlier attempt", name, batch_id)
+                return TaskResult(name, partition, attempt, 0, skipped=True)
             producer.begin_transaction()
             try:
                 count = 0
+                topics: set[str] = set()
                 for batch in itertools.chain([first], batches):
-                    _produce_batch(producer, batch, self.options.topic)
+                    topics |= _produce_batch(producer, batch, self.options.topic)
                     count += batch.num_rows
                 if context is not None and not input_ended_normally():
                     raise InputCutOff(f"{name}: the task's input ended early (an upstream "
                                       f"failure); its transaction is aborted")
                 producer.send_offsets_to_transaction(
-                    [TopicPartition(marker.topic, 0, 1 if batch_id is None else batch_id + 1,
-                                    metadata=token)],
+                    [TopicPartition(t, 0, batch_id + 1, metadata=owner) for t in sorted(topics)],
                     consumer.consumer_group_metadata(), TXN_TIMEOUT_S)
                 # no timeout: the commit first delivers every queued record
                 producer.commit_transaction()
             except BaseException:
                 _abort(producer, name)
                 raise
-            return TaskResult(partition, attempt, count, skipped=False)
+            return TaskResult(name, partition, attempt, count, skipped=False)
         finally:
             consumer.close()
 
     @staticmethod
-    def _is_done(consumer: Consumer, marker: TopicPartition, batch_id: int | None,
-                 token: str) -> bool:
+    def _is_done(consumer: Consumer, marker: TopicPartition, batch_id: int, owner: str) -> bool:
+        """Whether this batch (or a later one) of the same query or job is committed. A marker
+        another query or job left under the same ids does not count: its batch numbers are
+        not this one's."""
         [committed] = consumer.committed([marker], timeout=TXN_TIMEOUT_S)
         if committed.error is not None:
             raise KafkaException(committed.error)
-        if committed.offset < 0:
-            return False
-        if batch_id is not None:  # done when this or a later batch is committed
-            return committed.offset > batch_id
-        return committed.metadata == token
+        return committed.metadata == owner and committed.offset > batch_id
 
 
 class InputCutOff(RuntimeError):
@@ -268,65 +278,55 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, options: SinkOptions) -> None:
         self.token = str(uuid.uuid4())
-        prefix = options.transactional_id_prefix or f"semel-spark-batch-{self.token[:13]}"
-        self.task = TaskWriter(options, prefix)
+        self.prefix = options.transactional_id_prefix or f"semel-spark-batch-{self.token[:13]}"
+        self.task = TaskWriter(options)
 
     def write(self, iterator: Iterator) -> TaskResult:
-        return self.task.write(iterator, None, self.token)
+        return self.task.write(iterator, self.prefix, 0, self.token)
 
     def commit(self, messages: list) -> None:
-        _log_batch(self.task.prefix, None, messages)
+        _log_batch(None, messages)
 
     def abort(self, messages: list) -> None:
         log.warning("%s: write job failed; tasks that committed keep their records",
-                    self.task.prefix)
+                    self.prefix)
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    """``writeStream.format(...)``: the transactional ids come from the query's checkpoint,
-    so a restarted query fences and deduplicates the tasks of the run before it."""
+    """``writeStream.format(...)``: the transactional ids come from the query's checkpoint
+    and its id (kept in the checkpoint), so a restarted query fences and deduplicates the
+    tasks of the run before it, and a new query at the same path starts afresh."""
 
     def __init__(self, options: SinkOptions) -> None:
-        prefix = options.transactional_id_prefix
-        if prefix is None:
-            if not options.checkpoint_location:
-                raise OptionError("the exactly-once sink needs the query's "
-                                  "'checkpointLocation' option (or 'transactionalIdPrefix')")
-            prefix = stream_prefix(options.checkpoint_location,
-                                   _query_id(options.checkpoint_location))
-        self.task = TaskWriter(options, prefix)
+        if options.transactional_id_prefix is None and not options.checkpoint_location:
+            raise OptionError("the exactly-once sink needs the query's 'checkpointLocation' "
+                              "option (or 'transactionalIdPrefix')")
+        self.options = options
+        self.task = TaskWriter(options)
 
     def write(self, iterator: Iterator) -> TaskResult:
         from pyspark import TaskContext
 
-        batch_id = int(TaskContext.get().getLocalProperty("streaming.sql.batchId"))
-        return self.task.write(iterator, batch_id, f"batch {batch_id}")
+        context = TaskContext.get()
+        batch_id = int(context.getLocalProperty("streaming.sql.batchId"))
+        query_id = context.getLocalProperty("sql.streaming.queryId")
+        if not query_id:
+            raise RuntimeError("Spark gave the task no streaming query id "
+                               "(sql.streaming.queryId); refusing to write without it")
+        prefix = self.options.transactional_id_prefix or stream_prefix(
+            self.options.checkpoint_location, query_id)
+        return self.task.write(iterator, prefix, batch_id, query_id)
 
     def commit(self, messages: list, batchId: int) -> None:
-        _log_batch(self.task.prefix, batchId, messages)
+        _log_batch(batchId, messages)
 
     def abort(self, messages: list, batchId: int) -> None:
-        log.warning("%s: batch %s failed; tasks that committed keep their records (a replay "
-                    "of the batch skips them)", self.task.prefix, batchId)
+        log.warning("batch %s failed; tasks that committed keep their records (a replay of "
+                    "the batch skips them)", batchId)
 
 
-def _query_id(checkpoint_location: str) -> str | None:
-    """The streaming query id Spark keeps in ``<checkpoint>/metadata``, when the checkpoint
-    is on a local file system (elsewhere the location alone names the query)."""
-    path = checkpoint_location
-    for scheme in ("file://", "file:"):
-        path = path.removeprefix(scheme)
-    try:
-        with open(os.path.join(path, "metadata")) as f:
-            import json
-
-            return json.loads(f.readline()).get("id")
-    except (OSError, ValueError):
-        return None
-
-
-def _log_batch(prefix: str, batch_id: int | None, messages: list) -> None:
+def _log_batch(batch_id: int | None, messages: list) -> None:
     results = [m for m in messages if isinstance(m, TaskResult)]
-    log.info("%s: batch %s committed: %d records from %d tasks (%d already committed)",
-             prefix, batch_id, sum(r.records for r in results), len(results),
-             sum(r.skipped for r in results))
+    log.info("batch %s committed: %d records from %d tasks (%d already committed): %s",
+             batch_id, sum(r.records for r in results), len(results),
+             sum(r.skipped for r in results), ", ".join(r.name for r in results))

@@ -43,6 +43,10 @@ CONSUME_WAIT_S = 0.1
 METADATA_TIMEOUT_S = 30.0
 
 
+class OffsetsError(ValueError):
+    """Offsets the options name do not fit the topics' partitions or their offsets."""
+
+
 class DataLossError(RuntimeError):
     """Offsets the query needs are gone (retention, deleted topic); raised only with
     failOnDataLoss=true, as Spark's source does."""
@@ -116,7 +120,15 @@ class Planner:
         return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
 
     def resolve(self, spec: Offsets, partitions) -> dict[TopicPartitionKey, int]:
-        """A starting or ending option turned into numbers for ``partitions``."""
+        """A starting or ending option turned into numbers for ``partitions``; per-partition
+        JSON must name exactly those partitions, as Spark requires."""
+        if spec.specific and spec.partitions != set(partitions):
+            missing = sorted(set(partitions) - spec.partitions)
+            unknown = sorted(spec.partitions - set(partitions))
+            raise OffsetsError(
+                "If startingOffsets or endingOffsets contains specific offsets, you must "
+                "specify all TopicPartitions (use -1 for latest, -2 for earliest): "
+                f"missing {missing}, not found {unknown}")
         wanted = {tp: spec.for_partition(*tp) for tp in partitions}
         earliest = self.offsets([tp for tp, o in wanted.items() if o == EARLIEST], EARLIEST)
         latest = self.offsets([tp for tp, o in wanted.items() if o == LATEST], LATEST)
@@ -126,16 +138,23 @@ class Planner:
         """One task per topic-partition, large ranges split: at most maxRecordsPerPartition
         offsets each, and at least minPartitions tasks when there are that many offsets."""
         ranges = [r for r in ranges if r.end > r.start]
-        total = sum(r.end - r.start for r in ranges)
         limit = self.options.max_records_per_partition
-        if self.options.min_partitions and total:
-            limit = min(limit, max(1, math.ceil(total / self.options.min_partitions)))
         out = []
         for r in ranges:
             pieces = math.ceil((r.end - r.start) / limit)
             step = math.ceil((r.end - r.start) / pieces)
             out += [KafkaRange(r.topic, r.partition, s, min(s + step, r.end))
                     for s in range(r.start, r.end, step)]
+        # minPartitions: halve the largest range until there are enough (deterministic: a
+        # replayed batch gets the same tasks)
+        while self.options.min_partitions and len(out) < self.options.min_partitions:
+            largest = max(out, key=lambda r: (r.end - r.start, -out.index(r)), default=None)
+            if largest is None or largest.end - largest.start < 2:
+                break
+            middle = largest.start + (largest.end - largest.start) // 2
+            i = out.index(largest)
+            out[i:i + 1] = [KafkaRange(largest.topic, largest.partition, largest.start, middle),
+                            KafkaRange(largest.topic, largest.partition, middle, largest.end)]
         return out
 
     def close(self) -> None:
@@ -220,8 +239,9 @@ def _on_error(consumer, options: SourceOptions, part: KafkaRange, m, error) -> b
     if code == KafkaError._AUTO_OFFSET_RESET or code == KafkaError.OFFSET_OUT_OF_RANGE:
         _data_loss(options, f"offset {part.start} of {part.topic}-{part.partition} is no "
                             f"longer available ({error.str()})")
+        # from the earliest offset still there, but never below this task's own range
         consumer.assign([TopicPartition(part.topic, part.partition,
-                                        _earliest_offset(options, part))])
+                                        max(part.start, _earliest_offset(options, part)))])
         return False
     raise KafkaException(error)
 
@@ -246,6 +266,15 @@ def plan_batch(options: SourceOptions) -> list[KafkaRange]:
         partitions = planner.partitions()
         starting = planner.resolve(options.starting, partitions)
         ending = planner.resolve(options.ending, partitions)
+        explicit = [tp for tp in partitions if options.ending.for_partition(*tp) >= 0]
+        latest = planner.offsets(explicit, LATEST)
+        beyond = {tp: (ending[tp], latest[tp]) for tp in explicit if ending[tp] > latest[tp]}
+        if beyond:
+            what = "last stable" if options.isolation_level == "read_committed" else "latest"
+            raise OffsetsError(
+                "endingOffsets beyond the partitions' " + what + " offsets (the end, an open "
+                "transaction or no such offset yet): " + ", ".join(
+                    f"{t}-{p} {end} > {last}" for (t, p), (end, last) in sorted(beyond.items())))
         ranges = []
         for tp in partitions:
             start, end = starting[tp], ending[tp]

@@ -98,4 +98,8 @@ def test_split():
     planner = Planner(source_options({**BOOT, "subscribe": "t", "minPartitions": "4"},
                                      streaming=False))
     parts = planner.split([KafkaRange("t", 0, 0, 6), KafkaRange("t", 1, 0, 2)])
-    assert len(parts) >= 4 and sum(p.end - p.start for p in parts) == 8
+    assert [(p.partition, p.start, p.end) for p in parts] == [
+        (0, 0, 1), (0, 1, 3), (0, 3, 6), (1, 0, 2)]
+    # exactly minPartitions tasks where there are that many offsets
+    parts = planner.split([KafkaRange("t", 0, 0, 5)])
+    assert [(p.start, p.end) for p in parts] == [(0, 1), (1, 2), (2, 3), (3, 5)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -125,16 +126,15 @@ def test_task_writer_skips_a_committed_batch_and_fences_a_zombie(kafka):
     an attempt still running when a new one starts is fenced and commits nothing."""
     create(kafka, "tw", partitions=1)
     options = sink_options({"kafka.bootstrap.servers": kafka, "topic": "tw"})
-    writer = TaskWriter(options, "tw-test")
+    writer = TaskWriter(options)
 
     def batches(values):
-        import pyarrow as pa
         yield pa.RecordBatch.from_pydict({"value": values})
 
-    first = writer.write(batches([b"a", b"b"]), 0, "batch 0")
-    again = writer.write(batches([b"a", b"b"]), 0, "batch 0")
+    first = writer.write(batches([b"a", b"b"]), "tw-test", 0, "query-1")
+    again = writer.write(batches([b"a", b"b"]), "tw-test", 0, "query-1")
     assert (first.records, first.skipped, again.skipped) == (2, False, True)
-    writer.write(batches([b"c"]), 1, "batch 1")
+    writer.write(batches([b"c"]), "tw-test", 1, "query-1")
 
     # a zombie: blocked inside its transaction while a new attempt of the task starts
     release = threading.Event()
@@ -149,18 +149,39 @@ def test_task_writer_skips_a_committed_batch_and_fences_a_zombie(kafka):
 
     def zombie():
         try:
-            writer.write(slow(), 2, "batch 2")
+            writer.write(slow(), "tw-test", 2, "query-1")
         except KafkaException as e:
             errors.append(e)
 
     t = threading.Thread(target=zombie)
     t.start()
     assert entered.wait(30)
-    writer.write(batches([b"d"]), 2, "batch 2")
+    writer.write(batches([b"d"]), "tw-test", 2, "query-1")
     release.set()
     t.join(60)
     assert errors and "fenced" in str(errors[0]).lower()
     assert [r["value"] for r in consume_all(kafka, "tw")] == [b"a", b"b", b"c", b"d"]
+    # another query (or a batch job) reusing the ids starts its own batch numbers: its
+    # batch 0 is not the first query's
+    assert not writer.write(batches([b"e"]), "tw-test", 0, "query-2").skipped
+    assert not writer.write(batches([b"f"]), "tw-test", 0, "job-token").skipped
+    assert [r["value"] for r in consume_all(kafka, "tw")][-2:] == [b"e", b"f"]
+
+
+def test_a_replay_finds_its_batch_whatever_topic_comes_first(kafka):
+    """Rows to several topics (a topic column): a replay whose rows come in another order
+    still recognises the committed batch."""
+    create(kafka, "multi-a", "multi-b", partitions=1)
+    writer = TaskWriter(sink_options({"kafka.bootstrap.servers": kafka}))
+
+    def rows(topics):
+        yield pa.RecordBatch.from_pydict({"topic": topics, "value": [b"x"] * len(topics)})
+
+    assert not writer.write(rows(["multi-a", "multi-b"]), "multi", 0, "q").skipped
+    assert writer.write(rows(["multi-b", "multi-a"]), "multi", 0, "q").skipped
+    assert len(consume_all(kafka, "multi-a")) == len(consume_all(kafka, "multi-b")) == 1
+    with pytest.raises(ValueError, match="null topic"):
+        writer.write(rows([None, "multi-a"]), "multi", 1, "q")
 
 
 def test_sink_groups_hold_only_offsets(kafka):
@@ -170,10 +191,9 @@ def test_sink_groups_hold_only_offsets(kafka):
     options = sink_options({"kafka.bootstrap.servers": kafka, "topic": "tw-groups"})
 
     def batches():
-        import pyarrow as pa
         yield pa.RecordBatch.from_pydict({"value": [b"x"]})
 
-    TaskWriter(options, "grp").write(batches(), 0, "batch 0")
+    TaskWriter(options).write(batches(), "grp", 0, "q")
     admin = AdminClient({"bootstrap.servers": kafka})
     groups = admin.list_consumer_groups().result().valid
     [g] = [g for g in groups if g.group_id == "grp-0"]

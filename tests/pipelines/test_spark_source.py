@@ -179,7 +179,10 @@ def test_data_loss_fails_or_skips(spark, kafka):
     ({"subscribe": MIXED, "subscrib": "x"}, "unknown source option 'subscrib'"),
     ({"subscribe": MIXED, "startingTimestamp": "1"}, "not supported by this connector"),
     ({"subscribe": MIXED, "kafka.auto.offset.reset": "earliest"}, "set startingOffsets"),
-    ({"subscribe": MIXED, "maxOffsetsPerTrigger": "10"}, "streaming queries only"),
+    ({"subscribe": MIXED, "startingOffsets": json.dumps({MIXED: {"0": 1}})},
+     "must specify all TopicPartitions"),
+    ({"subscribe": SPARSE, "endingOffsets": json.dumps({SPARSE: {"0": 100}})},
+     "beyond the partitions' last stable offsets"),
     ({"subscribe": MIXED, "includeHeaders": "yes"}, "true or false"),
 ])
 def test_option_errors_before_the_query_runs(spark, kafka, options, message):
