@@ -241,7 +241,7 @@ def test_compacted_topic_gaps(spark, tmp_path):
         expected = sorted(consume_all(b.bootstrap, "compacted"),
                           key=lambda d: (d["partition"], d["offset"]))
         offsets = [r["offset"] for r in expected]
-        assert offsets[-1] - offsets[0] + 1 > 2 * len(offsets)  # mostly gaps now
+        assert offsets[-1] + 1 > 2 * len(offsets)  # the log from offset 0 is mostly gaps now
         for per_task in ("3", "1000"):
             got = as_records(read(spark, b.bootstrap, subscribe="compacted",
                                   maxRecordsPerPartition=per_task).collect())
