@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 EARLIEST = -2
 LATEST = -1
@@ -231,7 +231,7 @@ class SourceOptions:
     max_records_per_partition: int
     poll_timeout_ms: int
     group_id_prefix: str = "semel-spark-source"
-    isolation_level: str = field(default="read_committed")
+    isolation_level: str = "read_committed"
 
 
 def source_options(raw: Mapping[str, str], streaming: bool | None) -> SourceOptions:

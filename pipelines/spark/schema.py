@@ -103,7 +103,7 @@ class RecordColumns:
         columns = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
-            pa.array([self.topic] * n, pa.string()) if n else pa.array([], pa.string()),
+            pa.array([self.topic] * n, pa.string()),
             pa.array([self.partition] * n, pa.int32()),
             pa.array(self.offsets, pa.int64()),
             pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
