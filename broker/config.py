@@ -649,6 +649,17 @@ class BrokerConfig:
         104857600, "Segment size of __transaction_state (set when it is created); smaller "
         "segments let the cleaner compact it sooner.", lo=14,
     )
+    transaction_two_phase_commit_enable: bool = _bool(
+        False, "Allow KIP-939 two-phase commit: InitProducerId with enable2Pc (a transaction "
+        "that never times out, for an external transaction manager); off, such a request gets "
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED."
+    )
+    transaction_two_phase_commit_warn_age_ms: int = _int(
+        3600000, "A two-phase-commit transaction open longer than this is logged (once) and "
+        "counted in semel_two_phase_commit_transactions_overdue: the timeout reaper never "
+        "ends one.", lo=1, hi=INT64_MAX,
+        semel="semel's own key",
+    )
     transaction_partition_verification_enable: bool = _bool(
         True, "Verify a partition was added to the transaction before a transactional write."
     )

@@ -11,6 +11,10 @@ when scraped - nothing is counted per request:
   semel_active_transactional_ids                 transactional ids the coordinator holds
                                                  (not expired)
   semel_transactional_ids{state}                 the same by transaction state
+  semel_two_phase_commit_transactions            KIP-939 transactions open (never timed out)
+  semel_two_phase_commit_transactions_overdue    ... open longer than
+                                                 transaction.two.phase.commit.warn.age.ms
+  semel_two_phase_commit_oldest_age_seconds      how long the oldest has been open (0: none)
 The HTTP server scrapes from its own thread; the collector reads on the broker's event loop
 (which owns that state) and waits for the answer.
 """
@@ -149,7 +153,8 @@ class ExactlyOnceCollector:
         self._loop_thread = threading.get_ident()  # built on the loop (Broker.start)
 
     def describe(self):
-        return self._families(None, [], {})  # names only (the registry checks collisions)
+        # names only (the registry checks collisions)
+        return self._families(None, [], {}, (0, 0, 0))
 
     def collect(self):
         if threading.get_ident() == self._loop_thread or self.loop.is_closed():
@@ -172,10 +177,17 @@ class ExactlyOnceCollector:
         for md in list(self.txn_coordinator.txns.values()):
             name = md.state.state_name
             states[name] = states.get(name, 0) + 1
-        return self.log_manager.live_producer_ids, sorted(lsos.items()), states
+        coordinator = self.txn_coordinator
+        open_2pc = coordinator.open_two_phase_commits()
+        now = coordinator.clock()
+        warn_age = coordinator.config.two_phase_commit_warn_age_ms
+        ages = [now - md.txn_start_timestamp for _, md in open_2pc]
+        two_phase = (len(ages), sum(age > warn_age for age in ages), max(ages, default=0))
+        return self.log_manager.live_producer_ids, sorted(lsos.items()), states, two_phase
 
     @staticmethod
-    def _families(live_producer_ids: int | None, lsos: list, states: dict):
+    def _families(live_producer_ids: int | None, lsos: list, states: dict,
+                  two_phase: tuple[int, int, int]):
         producers = GaugeMetricFamily(
             "semel_live_producer_ids",
             "Producer ids with state on some partition, summed over partitions.",
@@ -195,4 +207,14 @@ class ExactlyOnceCollector:
                                      labels=["state"])
         for name, n in sorted(active.items()):
             by_state.add_metric([name], n)
-        return [producers, lso, total, by_state]
+        open_2pc, overdue, oldest_ms = two_phase
+        return [producers, lso, total, by_state,
+                GaugeMetricFamily("semel_two_phase_commit_transactions",
+                                  "KIP-939 two-phase commit transactions open (the "
+                                  "coordinator never times them out).", value=open_2pc),
+                GaugeMetricFamily("semel_two_phase_commit_transactions_overdue",
+                                  "Two-phase commit transactions open longer than "
+                                  "transaction.two.phase.commit.warn.age.ms.", value=overdue),
+                GaugeMetricFamily("semel_two_phase_commit_oldest_age_seconds",
+                                  "How long the oldest open two-phase commit transaction has "
+                                  "been open (0: none).", value=oldest_ms / 1000)]

@@ -12,9 +12,12 @@ that transactional id is not loaded.
 Checks before that, as KafkaApis makes them: a producer id without an epoch or an epoch
 without a producer id is INVALID_REQUEST; an empty transactional id is INVALID_REQUEST.
 v2: throttle_time_ms. v4+: flexible, and PRODUCER_FENCED (KIP-588) - older versions get
-INVALID_PRODUCER_EPOCH instead. v6 (KIP-939 two-phase commit): enable_2pc/keep_prepared_txn
-go to the transaction coordinator, which refuses them (INVALID_REQUEST: two-phase commit is
-off); ongoing_txn_producer_id/epoch stay -1.
+INVALID_PRODUCER_EPOCH instead. v6 (KIP-939 two-phase commit): ``enable2Pc`` needs, as in
+Kafka, TwoPhaseCommit on the transactional id besides Write (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and ``transaction.two.phase.commit.enable`` (the
+coordinator's check); ``keepPreparedTxn`` keeps an ongoing transaction, whose producer id and
+epoch come back in ongoing_txn_producer_id/epoch (-1 when none). Without a transactional id
+both flags are ignored, as in Kafka.
 Beyond Kafka, with the authorizer on (``broker.producer_principals``): the producer id is
 bound to the requesting principal before the answer - an idempotent one in semel's file, a
 transactional one with its transactional id in ``__transaction_state`` (a new epoch or id on
@@ -37,7 +40,7 @@ NO_PRODUCER_EPOCH = -1
 
 
 async def handle(ctx, req: InitProducerIdRequest) -> InitProducerIdResponse:
-    error = _authorize(ctx, req.transactional_id)
+    error = _authorize(ctx, req.transactional_id, req.enable2_pc)
     if error:
         return error_response(req, error)
     producer_id, producer_epoch = req.producer_id, req.producer_epoch
@@ -64,15 +67,20 @@ async def handle(ctx, req: InitProducerIdRequest) -> InitProducerIdResponse:
         principal=None if ctx.broker.producer_principals is None else str(ctx.principal))
     return InitProducerIdResponse(
         error_code=fenced_for_old_clients(result.error, ctx.api_version, 4),
-        producer_id=result.producer_id, producer_epoch=result.producer_epoch)
+        producer_id=result.producer_id, producer_epoch=result.producer_epoch,
+        ongoing_txn_producer_id=result.ongoing_producer_id,
+        ongoing_txn_producer_epoch=result.ongoing_producer_epoch)
 
 
-def _authorize(ctx, transactional_id: str | None) -> Error:
-    """Kafka: Write on the transactional id; an idempotent producer needs IdempotentWrite on
-    the cluster or Write on some topic."""
+def _authorize(ctx, transactional_id: str | None, enable_two_phase_commit: bool) -> Error:
+    """Kafka: Write on the transactional id (and TwoPhaseCommit for enable2Pc); an
+    idempotent producer needs IdempotentWrite on the cluster or Write on some topic."""
     if transactional_id is not None:
         if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
                              transactional_id):
+            return Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if enable_two_phase_commit and not ctx.authorize(
+                AclOperation.TWO_PHASE_COMMIT, ResourceType.TRANSACTIONAL_ID, transactional_id):
             return Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not (cluster_allows(ctx, AclOperation.IDEMPOTENT_WRITE)
               or ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)):

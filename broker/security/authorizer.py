@@ -71,7 +71,7 @@ SUPPORTED_OPERATIONS = {
     ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, DESCRIBE_CONFIGS,
                            AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE,
                            AclOperation.ALTER, DESCRIBE),
-    ResourceType.TRANSACTIONAL_ID: (DESCRIBE, AclOperation.WRITE),
+    ResourceType.TRANSACTIONAL_ID: (DESCRIBE, AclOperation.WRITE, AclOperation.TWO_PHASE_COMMIT),
     ResourceType.DELEGATION_TOKEN: (DESCRIBE,),
     ResourceType.USER: (AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS),
 }

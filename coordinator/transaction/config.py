@@ -20,6 +20,10 @@ class TxnConfig:
     abort_timed_out_transaction_cleanup_interval_ms: int = 10000
     remove_expired_transaction_cleanup_interval_ms: int = 3600000
     transaction_version: int = 0
+    # KIP-939: InitProducerId with enable2Pc allowed (transaction.two.phase.commit.enable)
+    two_phase_commit_enable: bool = False
+    # a 2PC transaction open longer than this is logged and counted (never aborted)
+    two_phase_commit_warn_age_ms: int = 3600000
     # pause between attempts to write markers / COMPLETE_* that failed with a retriable error
     retry_backoff_ms: int = 100
 
@@ -35,4 +39,6 @@ class TxnConfig:
             remove_expired_transaction_cleanup_interval_ms=(
                 config.transaction_remove_expired_transaction_cleanup_interval_ms),
             transaction_version=transaction_version,
+            two_phase_commit_enable=config.transaction_two_phase_commit_enable,
+            two_phase_commit_warn_age_ms=config.transaction_two_phase_commit_warn_age_ms,
         )

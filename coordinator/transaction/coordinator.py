@@ -21,8 +21,10 @@ injected (the function that also serves WriteTxnMarkers):
 is loaded in the background; ids on a partition still loading get
 COORDINATOR_LOAD_IN_PROGRESS. Loaded PREPARE_* transactions are driven to completion.
 Background tasks abort ONGOING transactions past their timeout (fencing the producer with an
-epoch bump) and forget transactional ids unused for ``transactional.id.expiration.ms``
-(tombstones). Time comes from the injected ``clock``; tests call
+epoch bump; never KIP-939 two-phase commit transactions, which are logged once and counted in
+the semel_two_phase_commit_transactions_overdue metric when open longer than
+``two_phase_commit_warn_age_ms``) and
+forget transactional ids unused for ``transactional.id.expiration.ms`` (tombstones). Time comes from the injected ``clock``; tests call
 ``abort_timed_out_transactions`` / ``remove_expired_transactional_ids`` directly.
 
 Where semel differs from Kafka 4.x: a failed ``__transaction_state`` write answers
@@ -31,8 +33,8 @@ retry); a marker refused with INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_F
 as written (a newer epoch already closed that partition's transaction; Kafka abandons the
 whole completion and leaves the id in PREPARE_* until the partition is reloaded); an epoch
 fence bumps the epoch exactly once also with transaction version 2 (as Kafka after its fix
-of the double bump); KIP-939 two-phase commit is off (InitProducerId with enable_2pc or
-keep_prepared_txn: INVALID_REQUEST).
+of the double bump); InitProducerId with KIP-939's keepPreparedTxn keeps an ONGOING
+transaction as the KIP describes (Kafka 4.x answers UNSUPPORTED_VERSION).
 
 Beyond Kafka (with ``principals``, coordinator/producer_principal.py: the authorizer is on):
 InitProducerId records the requesting principal in the transactional id's metadata, which
@@ -72,6 +74,7 @@ from coordinator.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TV_0,
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
     TxnMetadata,
     TxnTransit,
     supports_epoch_bump,
@@ -109,6 +112,9 @@ class TxnResult:
     error: Error
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
+    # InitProducerId v6: the transaction kept open by keepPreparedTxn (KIP-939)
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +183,8 @@ class TransactionCoordinator:
         self._ops: set[asyncio.Task] = set()
         self._completions: dict[str, asyncio.Task] = {}
         self._background: list[asyncio.Task] = []
+        # 2PC transactions already logged as overdue: (id, producer id, start time)
+        self._overdue_logged: set[tuple[str, int, int]] = set()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -190,7 +198,7 @@ class TransactionCoordinator:
         self.active = True
         self._background.append(loop.create_task(
             self._every(self.config.abort_timed_out_transaction_cleanup_interval_ms,
-                        self.abort_timed_out_transactions), name="semel-txn-timeouts"))
+                        self._check_timeouts), name="semel-txn-timeouts"))
         self._background.append(loop.create_task(
             self._every(self.config.remove_expired_transaction_cleanup_interval_ms,
                         self.remove_expired_transactional_ids), name="semel-txn-expiration"))
@@ -310,8 +318,8 @@ class TransactionCoordinator:
             return self._persist_failed(md, error or Error.COORDINATOR_NOT_AVAILABLE,
                                         keep_pending_on_error)
         version = value_version_for(self.config.transaction_version)
-        if transit.principal is not None:
-            version = max(version, 1)  # the principal is a tagged field
+        if transit.principal is not None or transit.ongoing_producer_id != NO_PRODUCER_ID:
+            version = max(version, 1)  # the principal and the kept pair are tagged fields
         value = encode_value(value_from_transit(transit), version)
         batch = build_batch([(encode_key(transactional_id), value, None, self.clock())])
         try:
@@ -351,24 +359,32 @@ class TransactionCoordinator:
                                keep_prepared_txn: bool = False,
                                principal: str | None = None) -> TxnResult:
         """InitProducerId with a transactional id: the producer id and a new epoch;
-        ``principal`` (the requester) is recorded as the one the producer id belongs to."""
+        ``principal`` (the requester) is recorded as the one the producer id belongs to.
+        KIP-939: ``enable_two_phase_commit`` (refused unless
+        transaction.two.phase.commit.enable) makes the transaction timeout Integer.MAX_VALUE
+        (never aborted by the reaper, the requested timeout is not checked);
+        ``keep_prepared_txn`` keeps an ONGOING transaction open under a new epoch and answers
+        the pair it was written with (Kafka 4.x refuses it with UNSUPPORTED_VERSION; semel
+        does what KIP-939 describes)."""
         if not transactional_id:
             return TxnResult(Error.INVALID_REQUEST)
-        if enable_two_phase_commit or keep_prepared_txn:
-            # KIP-939 two-phase commit is off (transaction.two.phase.commit.enable=false)
-            return TxnResult(Error.INVALID_REQUEST)
+        if enable_two_phase_commit and not self.config.two_phase_commit_enable:
+            return TxnResult(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
             return TxnResult(Error.INVALID_REQUEST)
-        if not 0 < transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
+        if enable_two_phase_commit:
+            transaction_timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS
+        elif not 0 < transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
             return TxnResult(Error.INVALID_TRANSACTION_TIMEOUT)
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
         return await self._run(self._init_producer_id(transactional_id,
                                                       transaction_timeout_ms, expected,
-                                                      principal))
+                                                      principal, keep_prepared_txn))
 
     async def _init_producer_id(self, transactional_id: str, timeout_ms: int,
                                 expected: tuple[int, int] | None,
-                                principal: str | None = None) -> TxnResult:
+                                principal: str | None = None,
+                                keep_prepared: bool = False) -> TxnResult:
         error = self.check_available(transactional_id)
         if error:
             return TxnResult(error)
@@ -388,7 +404,8 @@ class TransactionCoordinator:
                 self.txns[transactional_id] = md
         server_tv = self.config.transaction_version
         decision = await self._decide(lambda new_producer_id: core.init_producer_id(
-            md, timeout_ms, expected, self.clock(), new_producer_id, server_tv))
+            md, timeout_ms, expected, self.clock(), new_producer_id, server_tv,
+            keep_prepared=keep_prepared))
         if decision.transit is None:
             return TxnResult(decision.error)
         if decision.epoch_fence:
@@ -402,9 +419,17 @@ class TransactionCoordinator:
         error = await self._persist(transactional_id, md, transit)
         if error:
             return TxnResult(error)
-        log.info("initialized transactional id %r with producer id %d epoch %d",
-                 transactional_id, md.producer_id, md.producer_epoch)
-        return TxnResult(Error.NONE, md.producer_id, md.producer_epoch)
+        ongoing_id, ongoing_epoch = md.ongoing_transaction
+        if ongoing_id != NO_PRODUCER_ID:
+            log.info("kept the prepared transaction of %r (written by producer id %d epoch %d) "
+                     "open under epoch %d%s", transactional_id, ongoing_id, ongoing_epoch,
+                     md.producer_epoch, ", two-phase commit" if md.is_two_phase_commit else "")
+        else:
+            log.info("initialized transactional id %r with producer id %d epoch %d%s",
+                     transactional_id, md.producer_id, md.producer_epoch,
+                     ", two-phase commit" if md.is_two_phase_commit else "")
+        return TxnResult(Error.NONE, md.producer_id, md.producer_epoch, ongoing_id,
+                         ongoing_epoch)
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------
 
@@ -592,6 +617,40 @@ class TransactionCoordinator:
             started.append(self._run(self._abort_timed_out(transactional_id, md)))
         await asyncio.gather(*started)
         return len(started)
+
+    async def _check_timeouts(self) -> None:
+        await self.abort_timed_out_transactions()
+        self.log_overdue_two_phase_commits()
+
+    def open_two_phase_commits(self) -> list[tuple[str, TxnMetadata]]:
+        """The ONGOING KIP-939 transactions (the reaper never ends them), oldest first."""
+        found = [(transactional_id, md) for transactional_id, md in self.txns.items()
+                 if md.state == S.ONGOING and md.is_two_phase_commit]
+        return sorted(found, key=lambda item: item[1].txn_start_timestamp)
+
+    def log_overdue_two_phase_commits(self) -> int:
+        """Log (once each) the two-phase commit transactions open longer than
+        ``two_phase_commit_warn_age_ms``; returns how many are overdue."""
+        now = self.clock()
+        overdue = 0
+        seen = set()
+        for transactional_id, md in self.open_two_phase_commits():
+            age = now - md.txn_start_timestamp
+            if age <= self.config.two_phase_commit_warn_age_ms:
+                break
+            overdue += 1
+            key = (transactional_id, md.producer_id, md.txn_start_timestamp)
+            seen.add(key)
+            if key not in self._overdue_logged:
+                ongoing_id, ongoing_epoch = md.ongoing_transaction
+                log.warning("two-phase commit transaction of %r (producer id %d epoch %d) open "
+                            "for %d s, longer than transaction.two.phase.commit.warn.age.ms: "
+                            "the coordinator never aborts it; its transaction manager must "
+                            "complete it, or an admin terminate it (read_committed readers of "
+                            "its partitions wait until then)", transactional_id, ongoing_id,
+                            ongoing_epoch, age // 1000)
+        self._overdue_logged = seen
+        return overdue
 
     async def _abort_timed_out(self, transactional_id: str, md: TxnMetadata) -> TxnResult:
         server_tv = self.config.transaction_version

@@ -67,11 +67,14 @@ def _never(md: TxnMetadata) -> IllegalTransition:
 
 def init_producer_id(md: TxnMetadata, txn_timeout_ms: int,
                      expected: tuple[int, int] | None, now_ms: int,
-                     new_producer_id: NewProducerId, server_tv: int = TV_0) -> Decision:
+                     new_producer_id: NewProducerId, server_tv: int = TV_0, *,
+                     keep_prepared: bool = False) -> Decision:
     """A fresh epoch for the transactional id (fencing older instances). ``expected`` is the
     (producer id, epoch) a KIP-360 client asks to continue from. An ONGOING transaction is
     aborted first: the returned transit is that abort (``epoch_fence``) and the client, once
-    it is durable, is told CONCURRENT_TRANSACTIONS so it retries."""
+    it is durable, is told CONCURRENT_TRANSACTIONS so it retries. With ``keep_prepared``
+    (KIP-939 keepPreparedTxn) an ONGOING transaction stays open under a bumped epoch, for the
+    client to commit or abort."""
     if md.pending_transition_in_progress:
         return _answer(Error.CONCURRENT_TRANSACTIONS)
     if expected is not None and not _valid_expected_producer_id(md, *expected):
@@ -87,6 +90,11 @@ def init_producer_id(md: TxnMetadata, txn_timeout_ms: int,
                     new_producer_id(), txn_timeout_ms, now_ms, expected is not None))
             return _persist(md.prepare_increment_producer_epoch(
                 txn_timeout_ms, None if expected is None else expected[1], now_ms))
+        except KafkaError as e:
+            return _answer(e.code)
+    if state == S.ONGOING and keep_prepared:
+        try:
+            return _persist(md.prepare_keep_prepared(txn_timeout_ms, now_ms))
         except KafkaError as e:
             return _answer(e.code)
     if state == S.ONGOING:
@@ -312,8 +320,10 @@ def complete_after_prepare(md: TxnMetadata, producer_id: int, producer_epoch: in
 # -- timeouts and expiration ----------------------------------------------------------------
 
 def timed_out(md: TxnMetadata, now_ms: int) -> bool:
-    """An ONGOING transaction past its timeout."""
+    """An ONGOING transaction past its timeout (never a KIP-939 two-phase commit one: its
+    outcome is the external transaction manager's to decide)."""
     return (md.state == S.ONGOING and not md.pending_transition_in_progress
+            and not md.is_two_phase_commit
             and md.txn_start_timestamp + md.txn_timeout_ms < now_ms)
 
 

@@ -26,7 +26,10 @@ Beyond Kafka, tag 10000 SemelPrincipal (compact string, absent = none) holds the
 that obtained the producer id (coordinator/producer_principal.py), written only while
 producer ids are bound to principals; semel then writes value v1 even at transaction
 version 0. Kafka's generated reader keeps a tag it does not know as an unknown tagged field,
-so the records stay readable by Kafka (the tag is far above Kafka's own, 0-2). Value versions above 1
+so the records stay readable by Kafka (the tag is far above Kafka's own, 0-3). Tags 10001
+SemelOngoingTxnProducerId int64 and 10002 SemelOngoingTxnProducerEpoch int16 hold the pair a
+KIP-939 transaction kept by keepPreparedTxn was written with (written only then, also at
+transaction version 0; Kafka's own NextProducerEpoch, tag 3, is left to Kafka). Value versions above 1
 are unknown (Kafka skips them; KIP-915 says later versions may not be readable as 1).
 """
 
@@ -72,6 +75,8 @@ TAG_PREVIOUS_PRODUCER_ID = 0
 TAG_NEXT_PRODUCER_ID = 1
 TAG_CLIENT_TRANSACTION_VERSION = 2
 TAG_SEMEL_PRINCIPAL = 10_000  # semel's own: the principal that obtained the producer id
+TAG_SEMEL_ONGOING_PRODUCER_ID = 10_001  # semel's own: who wrote a kept KIP-939 transaction
+TAG_SEMEL_ONGOING_PRODUCER_EPOCH = 10_002
 
 _HEAD = struct.Struct(">qhib")  # producer id, epoch, timeout, status
 _TIMES = struct.Struct(">qq")  # last update, start
@@ -103,6 +108,8 @@ class TxnLogValue:
     next_producer_id: int = NO_PRODUCER_ID
     client_transaction_version: int = TV_0
     principal: str | None = None  # TAG_SEMEL_PRINCIPAL
+    ongoing_producer_id: int = NO_PRODUCER_ID  # TAG_SEMEL_ONGOING_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH  # TAG_SEMEL_ONGOING_PRODUCER_EPOCH
     unknown_tags: list[int] = field(default_factory=list)  # read and skipped (v1)
 
 
@@ -173,6 +180,11 @@ def encode_value(value: TxnLogValue, version: int) -> bytes:
             principal = bytearray()
             write_compact_string(principal, value.principal)
             tags.append((TAG_SEMEL_PRINCIPAL, principal))
+        if value.ongoing_producer_id != NO_PRODUCER_ID:
+            tags.append((TAG_SEMEL_ONGOING_PRODUCER_ID,
+                         bytearray(_I64.pack(value.ongoing_producer_id))))
+            tags.append((TAG_SEMEL_ONGOING_PRODUCER_EPOCH,
+                         bytearray(INT16.pack(value.ongoing_producer_epoch))))
         write_tagged_fields(out, tags)
     return bytes(out)
 
@@ -229,6 +241,12 @@ def _decode_value(buf: memoryview, pos: int) -> tuple[TxnLogValue, int]:
                 pos += 2
             elif tag == TAG_SEMEL_PRINCIPAL:
                 value.principal, pos = read_compact_string(buf, pos)
+            elif tag == TAG_SEMEL_ONGOING_PRODUCER_ID:
+                (value.ongoing_producer_id,) = _I64.unpack_from(buf, pos)
+                pos += 8
+            elif tag == TAG_SEMEL_ONGOING_PRODUCER_EPOCH:
+                (value.ongoing_producer_epoch,) = INT16.unpack_from(buf, pos)
+                pos += 2
             else:
                 value.unknown_tags.append(tag)
                 pos = end
@@ -263,7 +281,9 @@ def value_from_transit(transit: TxnTransit) -> TxnLogValue:
         previous_producer_id=previous,
         next_producer_id=transit.next_producer_id,
         client_transaction_version=transit.client_transaction_version,
-        principal=transit.principal)
+        principal=transit.principal,
+        ongoing_producer_id=transit.ongoing_producer_id,
+        ongoing_producer_epoch=transit.ongoing_producer_epoch)
 
 
 def metadata_from_value(transactional_id: str, value: TxnLogValue) -> TxnMetadata:
@@ -289,4 +309,8 @@ def metadata_from_value(transactional_id: str, value: TxnLogValue) -> TxnMetadat
         txn_start_timestamp=value.transaction_start_timestamp_ms,
         txn_last_update_timestamp=value.transaction_last_update_timestamp_ms,
         client_transaction_version=value.client_transaction_version,
-        principal=value.principal)
+        principal=value.principal,
+        ongoing_producer_id=value.ongoing_producer_id if state == TransactionState.ONGOING
+        else NO_PRODUCER_ID,
+        ongoing_producer_epoch=value.ongoing_producer_epoch
+        if state == TransactionState.ONGOING else NO_PRODUCER_EPOCH)

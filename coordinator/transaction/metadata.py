@@ -12,6 +12,13 @@ the last bump (KIP-360 retries, transaction version 2 retries; never persisted).
 32766 or more is exhausted: clients never get 32767, which stays free for the coordinator to
 fence with. Transaction version 2 (KIP-890) bumps the epoch on every EndTxn; when that
 exhausts it, ``next_producer_id`` carries the producer id the transaction continues with.
+
+KIP-939 two-phase commit: a transaction timeout of Integer.MAX_VALUE marks a 2PC transaction
+(the reaper never aborts it). An InitProducerId with keepPreparedTxn keeps an ONGOING
+transaction open and bumps the epoch (fencing the producer that wrote it); the (producer id,
+epoch) its records were written with is then kept in ``ongoing_producer_id/epoch`` (persisted,
+semel's own tags) so that every later keepPreparedTxn answers with the same pair, the one the
+external transaction manager recorded at prepare time.
 """
 
 from __future__ import annotations
@@ -64,11 +71,15 @@ class TxnTransit:
     client_transaction_version: int
     # semel: the principal that obtained the producer id (None: not recorded)
     principal: str | None = None
+    # KIP-939: the identity of an ONGOING transaction kept by keepPreparedTxn (-1: none)
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 class TxnMetadata:
     __slots__ = ("client_transaction_version", "has_failed_epoch_fence", "last_producer_epoch",
-                 "next_producer_id", "pending_state", "prev_producer_id", "principal",
+                 "next_producer_id", "ongoing_producer_epoch", "ongoing_producer_id",
+                 "pending_state", "prev_producer_id", "principal",
                  "producer_epoch", "producer_id", "state", "topic_partitions", "transactional_id",
                  "txn_last_update_timestamp", "txn_start_timestamp", "txn_timeout_ms")
 
@@ -83,7 +94,9 @@ class TxnMetadata:
                  txn_start_timestamp: int = -1,
                  txn_last_update_timestamp: int = -1,
                  client_transaction_version: int = TV_0,
-                 principal: str | None = None) -> None:
+                 principal: str | None = None,
+                 ongoing_producer_id: int = NO_PRODUCER_ID,
+                 ongoing_producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.prev_producer_id = prev_producer_id
@@ -98,6 +111,10 @@ class TxnMetadata:
         self.client_transaction_version = client_transaction_version
         # semel: the principal that obtained the producer id (coordinator/producer_principal.py)
         self.principal = principal
+        # KIP-939: who wrote an ONGOING transaction that keepPreparedTxn kept (-1: the
+        # current producer id and epoch did)
+        self.ongoing_producer_id = ongoing_producer_id
+        self.ongoing_producer_epoch = ongoing_producer_epoch
         self.pending_state: TransactionState | None = None
         # an epoch fence whose write failed: the next fence reuses the bumped epoch
         self.has_failed_epoch_fence = False
@@ -120,6 +137,21 @@ class TxnMetadata:
         return is_epoch_exhausted(self.producer_epoch)
 
     @property
+    def is_two_phase_commit(self) -> bool:
+        """A KIP-939 transaction: its timeout is Integer.MAX_VALUE and never expires."""
+        return self.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
+
+    @property
+    def ongoing_transaction(self) -> tuple[int, int]:
+        """The (producer id, epoch) the ONGOING transaction's records were written with, or
+        (-1, -1) when no transaction is ongoing (InitProducerId v6's OngoingTxn fields)."""
+        if self.state != S.ONGOING:
+            return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        if self.ongoing_producer_id != NO_PRODUCER_ID:
+            return self.ongoing_producer_id, self.ongoing_producer_epoch
+        return self.producer_id, self.producer_epoch
+
+    @property
     def has_pending_transaction(self) -> bool:
         return self.state in (S.ONGOING, S.PREPARE_ABORT, S.PREPARE_COMMIT)
 
@@ -129,7 +161,8 @@ class TxnMetadata:
                           self.producer_epoch, self.last_producer_epoch, self.txn_timeout_ms,
                           self.state, frozenset(self.topic_partitions),
                           self.txn_start_timestamp, self.txn_last_update_timestamp,
-                          self.client_transaction_version, self.principal)
+                          self.client_transaction_version, self.principal,
+                          self.ongoing_producer_id, self.ongoing_producer_epoch)
 
     # -- prepare ------------------------------------------------------------------------
 
@@ -187,6 +220,24 @@ class TxnMetadata:
             last_producer_epoch=self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
             txn_timeout_ms=txn_timeout_ms, topic_partitions=frozenset(),
             txn_start_timestamp=-1, txn_last_update_timestamp=now_ms)
+
+    def prepare_keep_prepared(self, txn_timeout_ms: int, now_ms: int) -> TxnTransit:
+        """ONGOING -> ONGOING with a bumped epoch (InitProducerId with keepPreparedTxn): the
+        transaction stays open for the external transaction manager's decision, the producer
+        that wrote it is fenced, and the pair it was written with is remembered. An exhausted
+        epoch cannot be bumped without a new producer id, which would orphan the records:
+        INVALID_TXN_STATE (the transaction can still be aborted)."""
+        if self.is_producer_epoch_exhausted:
+            raise KafkaError(Error.INVALID_TXN_STATE,
+                             f"{self.transactional_id}: the epochs of producer id "
+                             f"{self.producer_id} are exhausted; the prepared transaction can "
+                             "only be aborted")
+        ongoing_id, ongoing_epoch = self.ongoing_transaction
+        return self._prepare(S.ONGOING, producer_epoch=self.producer_epoch + 1,
+                             last_producer_epoch=self.producer_epoch,
+                             txn_timeout_ms=txn_timeout_ms, txn_last_update_timestamp=now_ms,
+                             ongoing_producer_id=ongoing_id,
+                             ongoing_producer_epoch=ongoing_epoch)
 
     def prepare_add_partitions(self, partitions: Iterable[TopicPartition], now_ms: int,
                                client_transaction_version: int) -> TxnTransit:
@@ -252,7 +303,12 @@ class TxnMetadata:
             "txn_last_update_timestamp": self.txn_last_update_timestamp,
             "client_transaction_version": self.client_transaction_version,
             "principal": self.principal,
+            "ongoing_producer_id": NO_PRODUCER_ID,
+            "ongoing_producer_epoch": NO_PRODUCER_EPOCH,
         }
+        if state == S.ONGOING:  # only an ONGOING transaction keeps who wrote it
+            values["ongoing_producer_id"] = self.ongoing_producer_id
+            values["ongoing_producer_epoch"] = self.ongoing_producer_epoch
         values.update(changes)
         if values["producer_id"] < 0:
             raise IllegalTransition(f"illegal new producer id {values['producer_id']}")
@@ -280,6 +336,13 @@ class TxnMetadata:
             if ((self.producer_epoch != transit.producer_epoch
                  and not self._valid_epoch_bump(transit))
                     or transit.topic_partitions or transit.txn_start_timestamp != -1):
+                self._fail(transit)
+        elif to_state == S.ONGOING and transit.producer_epoch != self.producer_epoch:
+            # InitProducerId with keepPreparedTxn: the same transaction under a new epoch
+            if (self.state != S.ONGOING or transit.producer_id != self.producer_id
+                    or transit.producer_epoch != self.producer_epoch + 1
+                    or transit.topic_partitions != self.topic_partitions
+                    or transit.ongoing_producer_id == NO_PRODUCER_ID):
                 self._fail(transit)
         elif to_state == S.ONGOING:  # AddPartitions
             if (not self._valid_producer_epoch(transit)
@@ -315,6 +378,8 @@ class TxnMetadata:
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
         self.client_transaction_version = transit.client_transaction_version
         self.principal = transit.principal
+        self.ongoing_producer_id = transit.ongoing_producer_id
+        self.ongoing_producer_epoch = transit.ongoing_producer_epoch
         self.pending_state = None
         self.state = to_state
 

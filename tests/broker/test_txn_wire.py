@@ -279,5 +279,6 @@ def test_init_producer_id_versions(shared_broker, wire):
     two_pc = wire.request(INIT_PRODUCER_ID, 6, message(
         INIT_PRODUCER_ID, "request", transactional_id="wire-init",
         transaction_timeout_ms=60000, enable2_pc=True))
-    assert two_pc.error_code == Error.INVALID_REQUEST
+    # two-phase commit is off by default (tests/broker/test_two_phase_commit_wire.py)
+    assert two_pc.error_code == Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert init(wire, "wire-init", version=6).producer_epoch == 2

@@ -176,8 +176,9 @@ async def test_invalid_requests(tmp_path):
             Error.INVALID_TRANSACTION_TIMEOUT
         assert (await tc.init_producer_id("tx", 0)).error == Error.INVALID_TRANSACTION_TIMEOUT
         assert (await tc.init_producer_id("tx", 1000, 5, -1)).error == Error.INVALID_REQUEST
+        # two-phase commit is off by default: Kafka's answer
         assert (await tc.init_producer_id("tx", 1000, enable_two_phase_commit=True)).error == \
-            Error.INVALID_REQUEST
+            Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         assert await tc.add_partitions("", 1, 0, [T0]) == Error.INVALID_REQUEST
         assert (await tc.end_txn("", 1, 0, True)).error == Error.INVALID_REQUEST
         # unknown ids

@@ -141,6 +141,33 @@ def test_rotation_writes_previous_producer_id():
     assert decode_value(encode_value(value, 0)).previous_producer_id == -1
 
 
+def test_kept_two_phase_commit_transaction_round_trips():
+    """KIP-939 keepPreparedTxn: the pair the transaction was written with survives a reload
+    in semel's tags 10001/10002 (a varint tag number of two bytes), the 2PC timeout in the
+    timeout field; once the transaction is no longer ONGOING the pair is not loaded."""
+    md = TxnMetadata("x", 77, producer_epoch=3, txn_timeout_ms=2**31 - 1, state=S.ONGOING,
+                     topic_partitions=[TopicPartition("t", 0)], txn_start_timestamp=5,
+                     txn_last_update_timestamp=6)
+    transit = md.prepare_keep_prepared(2**31 - 1, 9)
+    assert (transit.producer_epoch, transit.ongoing_producer_id,
+            transit.ongoing_producer_epoch) == (4, 77, 3)
+    data = encode_value(value_from_transit(transit), 1)
+    assert b"\x91\x4e\x08" + struct.pack(">q", 77) in data  # tag 10001 (uvarint), 8 bytes
+    assert b"\x92\x4e\x02" + struct.pack(">h", 3) in data
+    loaded = metadata_from_value("x", decode_value(data))
+    assert (loaded.producer_epoch, loaded.ongoing_transaction, loaded.is_two_phase_commit) == (
+        4, (77, 3), True)
+    md.complete(transit)
+    assert md.ongoing_transaction == (77, 3)
+    # the commit ends it: the next records carry no pair
+    prepare = md.prepare_abort_or_commit(S.PREPARE_COMMIT, TV_0, -1, 10, False)
+    assert prepare.ongoing_producer_id == -1
+    value = value_from_transit(prepare)
+    value.ongoing_producer_id, value.ongoing_producer_epoch = 77, 3
+    assert metadata_from_value("x", decode_value(encode_value(value, 1))).ongoing_producer_id \
+        == -1
+
+
 def test_value_version_follows_transaction_version():
     assert [value_version_for(tv) for tv in (0, 1, 2)] == [0, 1, 1]
 
