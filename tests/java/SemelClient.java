@@ -195,6 +195,10 @@ public final class SemelClient {
             "abort-transaction T PARTITION --start-offset O  (as kafka-transactions.sh abort: the"
                 + " producer whose open transaction starts at O, found with describeProducers)",
             "", SemelClient::abortTransaction);
+        register(ADMIN_COMMANDS, "fence-producers",
+            "fence-producers ID...  (Admin.fenceProducers, which Kafka 4.1's"
+                + " forceTerminateTransaction calls: aborts each id's open transaction)",
+            "", SemelClient::fenceProducers);
         String aclArgs = "TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION";
         register(ADMIN_COMMANDS, "create-acls", "create-acls " + aclArgs + " [" + aclArgs + "]..."
             + "  (Kafka's enum names, e.g. TOPIC orders LITERAL User:alice * READ ALLOW)", "",
@@ -1345,6 +1349,16 @@ public final class SemelClient {
                     .put("coordinator_epoch", p.coordinatorEpoch().isPresent() ? p.coordinatorEpoch().getAsInt() : null)
                     .put("current_transaction_start_offset", p.currentTransactionStartOffset().isPresent()
                         ? p.currentTransactionStartOffset().getAsLong() : null));
+            }
+        }
+    }
+
+    static void fenceProducers(Args a) throws Exception {
+        if (a.positionals().isEmpty()) throw new UsageError("missing transactional id");
+        try (Admin admin = openAdmin(a)) {
+            admin.fenceProducers(a.positionals()).all().get();
+            for (String id : a.positionals()) {
+                emit(new Json().put("type", "fenced").put("transactional_id", id));
             }
         }
     }
