@@ -25,7 +25,9 @@ SOURCE_OPTIONS = {
     "maxrecordsperpartition", "kafkaconsumer.polltimeoutms", "groupidprefix",
 }
 # the last two Spark passes to a streaming sink itself (writeStream's checkpoint and name)
-SINK_OPTIONS = {"topic", "transactionalidprefix", "checkpointlocation", "queryname"}
+SINK_OPTIONS = {"topic", "transactionalidprefix", "checkpointlocation", "queryname",
+                "twophasecommit"}
+TWO_PHASE_COMMIT_MODES = ("auto", "true", "false")
 
 # options of Spark's Kafka source this connector does not implement: named in the error so a
 # user moving a job over knows at once what to change
@@ -286,6 +288,9 @@ class SinkOptions:
     topic: str | None
     transactional_id_prefix: str | None
     checkpoint_location: str | None
+    # streaming writes: "auto" (KIP-939 two-phase commit where the broker offers it), "true"
+    # (required), "false" (per-task transactions)
+    two_phase_commit: str = "auto"
 
 
 def sink_options(raw: Mapping[str, str]) -> SinkOptions:
@@ -301,8 +306,13 @@ def sink_options(raw: Mapping[str, str]) -> SinkOptions:
     topic = options.get("topic")
     if topic is not None and not topic.strip():
         raise OptionError("option 'topic' is empty")
+    two_phase = options.get("twophasecommit", "auto").strip().lower()
+    if two_phase not in TWO_PHASE_COMMIT_MODES:
+        raise OptionError("option 'twoPhaseCommit' must be auto, true or false, not "
+                          f"{options['twophasecommit']!r}")
     return SinkOptions(client=client, topic=topic, transactional_id_prefix=prefix,
-                       checkpoint_location=options.get("checkpointlocation"))
+                       checkpoint_location=options.get("checkpointlocation"),
+                       two_phase_commit=two_phase)
 
 
 def stream_prefix(checkpoint_location: str, query_id: str | None) -> str:

@@ -22,9 +22,23 @@ when Spark replays the batch (a replayed batch reads the same source offsets; th
 transformation between source and sink must not depend on time or randomness, and must
 partition the same way).
 
-Atomicity is per task: the tasks of one micro-batch commit one by one, so a read_committed
-reader may see some tasks' records of a batch before the others' (never a task's records in
-part, never twice). Atomic visibility of a whole batch needs KIP-939 two-phase commit.
+Per-task mode: the tasks of one micro-batch commit one by one, so a read_committed reader may
+see some tasks' records of a batch before the others' (never a task's records in part, never
+twice).
+
+Two-phase commit mode (streaming writes, where the broker offers KIP-939; option
+``twoPhaseCommit``, default ``auto``): a task writes as above but does not commit; it flushes,
+adds its offset, and *prepares* (``pipelines.twophase``: the transaction becomes a two-phase
+one that never times out, the producer is fenced) and sends its transaction's producer id and
+epoch to the driver. The driver's commit of the micro-batch first records its decision (the
+group ``<prefix>-decided`` commits batch id + 1, with the query id as metadata, on partition 0
+of every topic written), then completes every task's transaction. A read_committed reader
+sees the whole micro-batch at once, or none of it. Recovery: a micro-batch Spark re-executes
+after a crash rolls forward when the decision was recorded (each task first commits the
+prepared transaction it finds under its id, then finds its offset and writes nothing) and
+is aborted and rewritten when it was not (``init_transactions`` aborts what a task left
+prepared). Either way no batch is lost or written twice; only a driver crash in the middle
+of the completions lets a reader see part of a batch before the restart completes the rest.
 """
 
 from __future__ import annotations
@@ -34,6 +48,7 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import (
@@ -44,6 +59,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from pipelines.spark.options import OptionError, SinkOptions, stream_prefix
+
+if TYPE_CHECKING:
+    from pipelines.twophase import TwoPhaseCommitClient
 
 log = logging.getLogger("semel.spark.sink")
 
@@ -64,6 +82,41 @@ class TaskResult(WriterCommitMessage):
     attempt: int
     records: int
     skipped: bool  # an earlier attempt had committed this task's records
+    topics: tuple[str, ...] = ()  # where the task wrote (and its offset is)
+    # two-phase commit mode: the prepared transaction's (producer id, epoch), for the driver
+    prepared: tuple[int, int] | None = None
+    prefix: str = ""
+    owner: str = ""  # the query id (the decision's metadata)
+
+
+def decision_group(prefix: str) -> str:
+    """The group whose committed offset records the driver's decision to commit a batch."""
+    return f"{prefix}-decided"
+
+
+def two_phase_client(options: SinkOptions, timeout_s: float = TXN_TIMEOUT_S):
+    """A ``pipelines.twophase`` client for the sink's brokers: plaintext or TLS (from the
+    librdkafka ``ssl.*`` settings); None where it cannot speak the listener's protocol
+    (SASL), or semel's codecs are not installed."""
+    try:
+        from pipelines.twophase import TwoPhaseCommitClient
+    except ImportError:
+        return None
+    client = options.client
+    protocol = client.get("security.protocol", "plaintext").lower()
+    ssl_context = None
+    if protocol == "ssl":
+        import ssl
+
+        ssl_context = ssl.create_default_context(cafile=client.get("ssl.ca.location"))
+        if client.get("ssl.certificate.location"):
+            ssl_context.load_cert_chain(client["ssl.certificate.location"],
+                                        client.get("ssl.key.location"),
+                                        client.get("ssl.key.password"))
+    elif protocol != "plaintext":
+        return None
+    return TwoPhaseCommitClient(client["bootstrap.servers"], ssl_context=ssl_context,
+                                client_id="semel-spark-2pc", timeout_s=timeout_s)
 
 
 def check_input_schema(schema: StructType, topic_option: str | None) -> None:
@@ -166,9 +219,12 @@ class TaskWriter:
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
-    def write(self, batches: Iterator, prefix: str, batch_id: int, owner: str) -> TaskResult:
+    def write(self, batches: Iterator, prefix: str, batch_id: int, owner: str,
+              two_phase: bool = False) -> TaskResult:
         """Write a task's rows as batch ``batch_id`` of ``owner`` (a streaming query's id; a
-        batch job's token, with batch id 0)."""
+        batch job's token, with batch id 0). ``two_phase``: prepare instead of committing
+        (the driver completes the transaction), after rolling forward a prepared transaction
+        of a batch the driver decided to commit."""
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -191,13 +247,20 @@ class TaskWriter:
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
         })
+        twopc = two_phase_client(self.options) if two_phase else None
+        if two_phase and twopc is None:
+            raise RuntimeError("two-phase commit mode needs semel's protocol codecs and a "
+                               "plaintext or TLS listener")
         try:
+            marker = TopicPartition(_first_topic(first, self.options.topic), 0)
+            if twopc is not None:
+                self._roll_forward(twopc, marker.topic, name, prefix, batch_id, owner)
             # fences every earlier attempt of this task and ends what it left open
             producer.init_transactions(TXN_TIMEOUT_S)
-            marker = TopicPartition(_first_topic(first, self.options.topic), 0)
             if self._is_done(consumer, marker, batch_id, owner):
                 log.info("%s: batch %d already committed by an earlier attempt", name, batch_id)
-                return TaskResult(name, partition, attempt, 0, skipped=True)
+                return TaskResult(name, partition, attempt, 0, skipped=True, prefix=prefix,
+                                  owner=owner)
             producer.begin_transaction()
             try:
                 count = 0
@@ -208,27 +271,70 @@ class TaskWriter:
                 if context is not None and not input_ended_normally():
                     raise InputCutOff(f"{name}: the task's input ended early (an upstream "
                                       f"failure); its transaction is aborted")
+                if twopc is not None:
+                    # every record delivered; a failed one leaves the transaction in an
+                    # abortable state, which the next transactional call reports
+                    producer.flush()
                 producer.send_offsets_to_transaction(
                     [TopicPartition(t, 0, batch_id + 1, metadata=owner) for t in sorted(topics)],
                     consumer.consumer_group_metadata(), TXN_TIMEOUT_S)
-                # no timeout: the commit first delivers every queued record
-                producer.commit_transaction()
+                if twopc is None:
+                    # no timeout: the commit first delivers every queued record
+                    producer.commit_transaction()
             except BaseException:
                 _abort(producer, name)
                 raise
-            return TaskResult(name, partition, attempt, count, skipped=False)
+            prepared = None
+            if twopc is not None:
+                # from here on the transaction is the driver's to complete (or a re-executed
+                # batch's to roll forward or abort); this producer is fenced
+                txn = twopc.prepare(name)
+                prepared = (txn.producer_id, txn.producer_epoch)
+            return TaskResult(name, partition, attempt, count, skipped=False,
+                              topics=tuple(sorted(topics)), prepared=prepared, prefix=prefix,
+                              owner=owner)
         finally:
             consumer.close()
+            if twopc is not None:
+                twopc.close()
+
+    def _roll_forward(self, twopc: TwoPhaseCommitClient, topic: str, name: str, prefix: str,
+                      batch_id: int, owner: str) -> None:
+        """If the driver decided to commit this batch (a re-execution after a crash during
+        the completions), commit the transaction this task left prepared under ``name``. A
+        prepared transaction is two-phase (an unprepared one - an attempt still writing,
+        never the case once the driver decided - keeps its ordinary timeout)."""
+        decided = Consumer({**self.options.client, "group.id": decision_group(prefix),
+                            "enable.auto.commit": False})
+        try:
+            if not self._is_done(decided, TopicPartition(topic, 0), batch_id, owner,
+                                 exactly=True):
+                return
+        finally:
+            decided.close()
+        from pipelines.twophase import TWO_PHASE_TXN_TIMEOUT_MS
+
+        state = twopc.describe(name)
+        if state.state != "Ongoing" or state.transaction_timeout_ms != TWO_PHASE_TXN_TIMEOUT_MS:
+            return
+        txn = twopc.prepare(name)
+        outcome = twopc.complete(txn)
+        log.info("%s: batch %d was decided: its prepared transaction (producer id %d epoch "
+                 "%d) rolled forward: %s", name, batch_id, txn.producer_id, txn.producer_epoch,
+                 outcome.value)
 
     @staticmethod
-    def _is_done(consumer: Consumer, marker: TopicPartition, batch_id: int, owner: str) -> bool:
-        """Whether this batch (or a later one) of the same query or job is committed. A marker
-        another query or job left under the same ids does not count: its batch numbers are
-        not this one's."""
+    def _is_done(consumer: Consumer, marker: TopicPartition, batch_id: int, owner: str, *,
+                 exactly: bool = False) -> bool:
+        """Whether this batch (or a later one; ``exactly``: this one) of the same query or job
+        is committed. A marker another query or job left under the same ids does not count:
+        its batch numbers are not this one's."""
         [committed] = consumer.committed([marker], timeout=TXN_TIMEOUT_S)
         if committed.error is not None:
             raise KafkaException(committed.error)
-        return committed.metadata == owner and committed.offset > batch_id
+        if committed.metadata != owner:
+            return False
+        return committed.offset == batch_id + 1 if exactly else committed.offset > batch_id
 
 
 class InputCutOff(RuntimeError):
@@ -295,7 +401,8 @@ class KafkaBatchWriter(DataSourceArrowWriter):
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """``writeStream.format(...)``: the transactional ids come from the query's checkpoint
     and its id (kept in the checkpoint), so a restarted query fences and deduplicates the
-    tasks of the run before it, and a new query at the same path starts afresh."""
+    tasks of the run before it, and a new query at the same path starts afresh. The mode
+    (two-phase commit or per task) is chosen once, when the query starts, and logged."""
 
     def __init__(self, options: SinkOptions) -> None:
         if options.transactional_id_prefix is None and not options.checkpoint_location:
@@ -303,6 +410,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                               "option (or 'transactionalIdPrefix')")
         self.options = options
         self.task = TaskWriter(options)
+        self.two_phase = choose_two_phase_commit(options)
 
     def write(self, iterator: Iterator) -> TaskResult:
         from pyspark import TaskContext
@@ -315,18 +423,159 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                                "(sql.streaming.queryId); refusing to write without it")
         prefix = self.options.transactional_id_prefix or stream_prefix(
             self.options.checkpoint_location, query_id)
-        return self.task.write(iterator, prefix, batch_id, query_id)
+        return self.task.write(iterator, prefix, batch_id, query_id, self.two_phase)
 
     def commit(self, messages: list, batchId: int) -> None:
-        _log_batch(batchId, messages)
+        if self.two_phase:
+            complete_batch(self.options, batchId, messages)
+        _log_batch(batchId, messages, self.two_phase)
 
     def abort(self, messages: list, batchId: int) -> None:
+        if self.two_phase:
+            abort_batch(self.options, batchId, messages)
+            return
         log.warning("batch %s failed; tasks that committed keep their records (a replay of "
                     "the batch skips them)", batchId)
 
 
-def _log_batch(batch_id: int | None, messages: list) -> None:
+def choose_two_phase_commit(options: SinkOptions) -> bool:
+    """The mode of a streaming query's sink: two-phase commit when the option allows it and
+    the broker accepts KIP-939's enable2Pc with keepPreparedTxn (probed on a transactional
+    id of its own: no transaction is ongoing there, so the broker answers that, and
+    nothing else happens but an epoch bump), else per task."""
+    if options.two_phase_commit == "false":
+        log.info("exactly-once sink: per-task transactions (twoPhaseCommit=false)")
+        return False
+    client = two_phase_client(options, timeout_s=15.0)
+    reason = "semel's protocol codecs are missing or the listener is SASL"
+    if client is not None:
+        from pipelines.twophase import NoOngoingTransaction, TwoPhaseCommitError
+
+        probe = f"{options.transactional_id_prefix or 'semel-spark'}-2pc-probe"
+        try:
+            client.prepare(probe)
+            reason = f"{probe} unexpectedly has an ongoing transaction"
+        except NoOngoingTransaction:
+            log.info("exactly-once sink: two-phase commit (KIP-939): each micro-batch becomes "
+                     "visible to read_committed readers at once")
+            return True
+        except (TwoPhaseCommitError, OSError) as e:
+            reason = f"the broker refused two-phase commit: {e}"
+        finally:
+            client.close()
+    if options.two_phase_commit == "true":
+        raise OptionError(f"twoPhaseCommit=true, but {reason}")
+    log.info("exactly-once sink: per-task transactions (%s); a micro-batch's tasks become "
+             "visible one by one", reason)
+    return False
+
+
+def complete_batch(options: SinkOptions, batch_id: int, messages: list) -> None:
+    """The driver's commit of a two-phase micro-batch: record the decision, then commit
+    every task's prepared transaction. Raises when one cannot be committed (the query
+    stops; its restart re-executes the batch, which rolls forward what is still prepared and
+    rewrites what is not)."""
+    results = [m for m in messages if isinstance(m, TaskResult) and m.prepared is not None]
+    if not results:
+        return
+    prefix, owner = results[0].prefix, results[0].owner
+    topics = sorted({t for r in results for t in r.topics})
+    decided = Consumer({**options.client, "group.id": decision_group(prefix),
+                        "enable.auto.commit": False})
+    try:
+        decided.commit(offsets=[TopicPartition(t, 0, batch_id + 1, metadata=owner)
+                                for t in topics], asynchronous=False)
+    finally:
+        decided.close()
+    from pipelines.twophase import Outcome, PreparedTxn
+
+    failed = []
+    client = two_phase_client(options)
+    try:
+        partitions = _partitions_of(options, topics)
+        starts = client.open_transaction_starts(partitions) if partitions else {}
+        order, atomic = completion_order(results, starts)
+        if not atomic:
+            log.warning("batch %d: its transactions cannot be completed in an order that shows "
+                        "the batch at once on every partition; a reader may see part of it for "
+                        "the moment the completions take", batch_id)
+        for r in order:
+            outcome = client.complete(PreparedTxn(r.name, *r.prepared))
+            if outcome != Outcome.COMMITTED:
+                failed.append(f"{r.name}: {outcome.value}")
+    finally:
+        client.close()
+    if failed:
+        raise RuntimeError(f"batch {batch_id}: prepared transactions not committed "
+                           f"({'; '.join(failed)}); restart the query to rewrite them")
+
+
+def _partitions_of(options: SinkOptions, topics: list[str]) -> list[tuple[str, int]]:
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient(options.client).list_topics(timeout=TXN_TIMEOUT_S)
+    return [(t, p) for t in topics if t in metadata.topics
+            for p in metadata.topics[t].partitions]
+
+
+def completion_order(results: list[TaskResult], starts: dict[tuple[str, int], dict[int, int]]
+                     ) -> tuple[list[TaskResult], bool]:
+    """The order to commit a batch's transactions in so that each partition shows the whole
+    batch at once: a partition's last stable offset stays at the first offset of its
+    earliest open transaction, so while that one (the partition's holder) is open, every later
+    record there is hidden. Committing each partition's holder after the batch's other
+    transactions on that partition makes the batch appear there in one step. Returns the
+    order and whether it satisfies every partition (it cannot when holders depend on each
+    other in a cycle; then the order is the best effort: holders of more partitions last)."""
+    by_producer = {r.prepared[0]: r for r in results}
+    before: dict[int, set[int]] = {pid: set() for pid in by_producer}  # pid -> completes first
+    holds: dict[int, int] = dict.fromkeys(by_producer, 0)
+    for open_txns in starts.values():
+        ours = {pid: offset for pid, offset in open_txns.items() if pid in by_producer}
+        if len(ours) < 2:
+            continue
+        holder = min(ours, key=ours.__getitem__)
+        holds[holder] += 1
+        before[holder] |= set(ours) - {holder}
+    order: list[int] = []
+    ready = sorted((pid for pid, deps in before.items() if not deps), key=holds.__getitem__)
+    waiting = {pid: set(deps) for pid, deps in before.items() if deps}
+    while ready:
+        pid = ready.pop(0)
+        order.append(pid)
+        for other, deps in list(waiting.items()):
+            deps.discard(pid)
+            if not deps:
+                del waiting[other]
+                ready.append(other)
+    atomic = not waiting
+    order += sorted(waiting, key=holds.__getitem__)
+    return [by_producer[pid] for pid in order], atomic
+
+
+def abort_batch(options: SinkOptions, batch_id: int, messages: list) -> None:
+    """A failed two-phase micro-batch: abort the transactions its tasks prepared (those
+    that did not get that far were aborted by the task or are by its next attempt)."""
+    results = [m for m in messages if isinstance(m, TaskResult) and m.prepared is not None]
+    from pipelines.twophase import PreparedTxn, TwoPhaseCommitError
+
+    client = two_phase_client(options) if results else None
+    try:
+        for r in results:
+            try:
+                client.complete(PreparedTxn(r.name, *r.prepared), commit=False)
+            except (TwoPhaseCommitError, OSError) as e:  # the re-execution aborts it
+                log.warning("%s: abort of its prepared transaction failed: %s", r.name, e)
+    finally:
+        if client is not None:
+            client.close()
+    log.warning("batch %s failed; its prepared transactions are aborted (nothing of it is "
+                "visible)", batch_id)
+
+
+def _log_batch(batch_id: int | None, messages: list, two_phase: bool = False) -> None:
     results = [m for m in messages if isinstance(m, TaskResult)]
-    log.info("batch %s committed: %d records from %d tasks (%d already committed): %s",
-             batch_id, sum(r.records for r in results), len(results),
-             sum(r.skipped for r in results), ", ".join(r.name for r in results))
+    log.info("batch %s committed (%s): %d records from %d tasks (%d already committed): %s",
+             batch_id, "two-phase commit" if two_phase else "per-task transactions",
+             sum(r.records for r in results), len(results), sum(r.skipped for r in results),
+             ", ".join(r.name for r in results))
