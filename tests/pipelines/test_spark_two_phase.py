@@ -12,6 +12,8 @@ batches leave the output exactly once.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections import Counter
@@ -24,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from broker.testing import BrokerProcess, BrokerThread
 from pipelines.spark import sink
-from pipelines.spark.options import sink_options
+from pipelines.spark.options import sink_options, stream_prefix
 from pipelines.twophase import Outcome, PreparedTxn, TwoPhaseCommitClient
 from tests.pipelines.test_spark_source import consume_all
 from tests.pipelines.test_spark_streaming import Input, check_output, create, start_query
@@ -304,8 +306,6 @@ def test_reader_never_sees_part_of_a_micro_batch(spark, broker, tmp_path):
 
 
 def test_failing_tasks_replay_and_restart_in_two_phase_mode(spark, broker, tmp_path):
-    import os
-
     bootstrap = broker.bootstrap
     create(bootstrap, "orders", "copied")
     source = Input(bootstrap, "orders")
@@ -328,6 +328,15 @@ def test_failing_tasks_replay_and_restart_in_two_phase_mode(spark, broker, tmp_p
     q.awaitTermination(300)
     assert q.exception() is None, q.exception()
     check_output(bootstrap, "copied", source)
+    # the query ran in two-phase commit mode: its driver recorded each batch's decision
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    decided = Consumer({"bootstrap.servers": bootstrap, "enable.auto.commit": False,
+                        "group.id": sink.decision_group(stream_prefix(str(checkpoint),
+                                                                      query_id))})
+    [marker] = decided.committed([TopicPartition("copied", 0)], timeout=30)
+    decided.close()
+    last = max(int(n) for n in os.listdir(commits) if n.isdigit())
+    assert (marker.offset, marker.metadata) == (last + 1, query_id)
 
 
 def test_broker_sigkill_during_two_phase_batches(spark, broker, tmp_path):
@@ -368,7 +377,5 @@ def test_broker_sigkill_during_two_phase_batches(spark, broker, tmp_path):
     check_output(broker.bootstrap, "copied", source)
     # nothing left prepared: every decided batch was completed or rolled forward
     with TwoPhaseCommitClient(broker.bootstrap) as client:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        del admin
         assert client.open_transaction_starts([("copied", p) for p in range(3)]) == {
             ("copied", p): {} for p in range(3)}
