@@ -184,17 +184,28 @@ def test_broker_sigkill_during_batches(spark, broker, tmp_path):
     create(broker.bootstrap, "orders", "copied")
     source = Input(broker.bootstrap, "orders")
     source.produce(6000)
+    kill_during_batches(spark, broker, tmp_path / "checkpoint", first=4, every=8)
+    check_output(broker.bootstrap, "copied", source)
+
+
+def kill_during_batches(spark, broker, checkpoint: Path, *, first: int, every: int) -> None:
+    """Copy "orders" to "copied" in a query SIGKILLing the broker twice, at batch ``first``
+    and ``every`` batches later, restarting it (and the query, as a supervisor would, when
+    it gave up) until the query has caught up with the input."""
     port = broker.port
-    checkpoint = tmp_path / "checkpoint"
-    q = start_query(spark, broker.bootstrap, "orders", "copied", checkpoint,
-                    trigger={"processingTime": "100 milliseconds"}, maxOffsetsPerTrigger="200")
-    kills = 0
-    restarts = 0
+
+    def start():
+        return start_query(spark, broker.bootstrap, "orders", "copied", checkpoint,
+                           trigger={"processingTime": "100 milliseconds"},
+                           maxOffsetsPerTrigger="200")
+
+    q = start()
+    kills = restarts = 0
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         progress = q.lastProgress
         batch = progress["batchId"] if progress else -1
-        if kills < 2 and batch >= 4 + 8 * kills:
+        if kills < 2 and batch >= first + every * kills:
             broker.kill()  # SIGKILL, mid-batch: batches run back to back
             kills += 1
             time.sleep(0.5)
@@ -205,15 +216,12 @@ def test_broker_sigkill_during_batches(spark, broker, tmp_path):
             # supervisor restarts it from its checkpoint
             restarts += 1
             assert restarts <= 3, q.exception()
-            q = start_query(spark, broker.bootstrap, "orders", "copied", checkpoint,
-                            trigger={"processingTime": "100 milliseconds"},
-                            maxOffsetsPerTrigger="200")
+            q = start()
         if kills == 2 and _caught_up(q, broker.bootstrap, "orders"):
             break
         time.sleep(0.2)
     q.stop()
     assert kills == 2
-    check_output(broker.bootstrap, "copied", source)
 
 
 def _caught_up(q, bootstrap: str, topic: str) -> bool:

@@ -29,7 +29,13 @@ from pipelines.spark import sink
 from pipelines.spark.options import sink_options, stream_prefix
 from pipelines.twophase import Outcome, PreparedTxn, TwoPhaseCommitClient
 from tests.pipelines.test_spark_source import consume_all
-from tests.pipelines.test_spark_streaming import Input, check_output, create, start_query
+from tests.pipelines.test_spark_streaming import (
+    Input,
+    check_output,
+    create,
+    kill_during_batches,
+    start_query,
+)
 
 TWO_PC = {"transaction.two.phase.commit.enable": "true",
           "group.initial.rebalance.delay.ms": "0"}
@@ -340,40 +346,11 @@ def test_failing_tasks_replay_and_restart_in_two_phase_mode(spark, broker, tmp_p
 
 
 def test_broker_sigkill_during_two_phase_batches(spark, broker, tmp_path):
-    from tests.pipelines.test_spark_streaming import _caught_up
-
     create(broker.bootstrap, "orders", "copied")
     source = Input(broker.bootstrap, "orders")
     source.produce(4000)
-    port = broker.port
-    checkpoint = tmp_path / "checkpoint"
-
-    def start():
-        return start_query(spark, broker.bootstrap, "orders", "copied", checkpoint,
-                           trigger={"processingTime": "100 milliseconds"},
-                           maxOffsetsPerTrigger="200")
-
-    q = start()
-    kills = restarts = 0
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        progress = q.lastProgress
-        batch = progress["batchId"] if progress else -1
-        if kills < 2 and batch >= 3 + 6 * kills:
-            broker.kill()  # SIGKILL, mid-batch: prepared transactions survive it
-            kills += 1
-            time.sleep(0.5)
-            broker.port = port
-            broker.start()
-        if not q.isActive:
-            restarts += 1
-            assert restarts <= 3, q.exception()
-            q = start()
-        if kills == 2 and _caught_up(q, broker.bootstrap, "orders"):
-            break
-        time.sleep(0.2)
-    q.stop()
-    assert kills == 2
+    # prepared transactions survive the kills
+    kill_during_batches(spark, broker, tmp_path / "checkpoint", first=3, every=6)
     check_output(broker.bootstrap, "copied", source)
     # nothing left prepared: every decided batch was completed or rolled forward
     with TwoPhaseCommitClient(broker.bootstrap) as client:
