@@ -472,7 +472,9 @@ def decompress_small(codec: int, data: bytes | bytearray | memoryview, limit: in
             if _check_zstd_frames(view) != 1 or bytes(view[:4]) != _ZSTD_MAGIC:
                 return None
             declared = _zstd_content_size(view)
-            if declared is not None and declared > limit:
+            # declared 0: python-zstandard answers b"" without reading the frame (nor its
+            # checksum), so the stream decides
+            if declared is not None and (declared > limit or declared == 0):
                 return None
             try:
                 dctx = _zstd_contexts.pop()
