@@ -47,7 +47,7 @@ $(VENV)/.installed-specs: pyproject.toml | $(VPY)
 
 run: $(VENV)/.installed
 	@$(COMPILE)
-	$(VPY) -m broker serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+	$(VPY) -m semel.broker serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
 
 # Java kafka-clients jars for the Java client tests, into .cache/java-jars/ (quick when present)
 jars: | $(VPY)
@@ -110,10 +110,10 @@ bench-spark: $(VENV)/.installed-bench $(VENV)/.installed-spark
 # checkpoint on local Spark (needs Java 17+); one summary line, non-zero on any mismatch
 pipeline: $(VENV)/.installed-spark
 	@$(COMPILE)
-	$(VPY) -m pipelines.example --demo
+	$(VPY) -m semel.pipelines.example --demo
 
 protocol: $(VENV)/.installed-specs jars
-	$(VPY) -m protocol.codegen
+	$(VPY) -m semel.protocol.codegen
 
 lint: $(VENV)/.installed-test
 	$(VPY) -m ruff check .

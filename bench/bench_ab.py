@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import clients, report
-from bench.brokers import SemelTarget
+from bench.brokers import SemelTarget, import_root
 from bench.clients import ClientFailed
 from bench.workloads import Sizes
 
@@ -124,13 +124,14 @@ def compile_tree(root: Path) -> list[str]:
             exts = tomllib.load(f).get("tool", {}).get("setuptools", {}).get("ext-modules", [])
     except (OSError, ValueError):
         exts = []
+    build_lib = import_root(root)[0]  # semel.protocol._recordwalk lands in root/protocol
     for ext in exts:
         name, sources = ext["name"], [str(root / s) for s in ext["sources"]]
         # run outside the tree: setuptools would read its pyproject.toml otherwise
         with tempfile.TemporaryDirectory(prefix="ab-build-") as tmp:
             code = ("import sys; from setuptools import setup, Extension; "
                     f"setup(name='ab', ext_modules=[Extension({name!r}, {sources!r})], "
-                    f"script_args=['-q', 'build_ext', '--build-lib', {str(root)!r}, "
+                    f"script_args=['-q', 'build_ext', '--build-lib', {str(build_lib)!r}, "
                     f"'--build-temp', {tmp!r}])")
             done = subprocess.run([sys.executable, "-c", code], cwd=tmp, check=False,
                                   capture_output=True, text=True)
@@ -156,8 +157,9 @@ def extensions(root: Path) -> list[str]:
 def check_imports(root: Path) -> None:
     """The packages a broker started from ``root`` imports are ``root``'s."""
     env = SemelTarget("none", root=root).env()
+    prefix = import_root(root)[1]
     code = ("import json, importlib; print(json.dumps({m: importlib.import_module(m).__file__ "
-            f"for m in {PACKAGES!r}}}))")
+            f"for m in {[prefix + p for p in PACKAGES]!r}}}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True,
                           capture_output=True, text=True)
     for module, path in json.loads(done.stdout).items():

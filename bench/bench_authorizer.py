@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
-from broker.security.acl import AclBinding
-from broker.security.authorizer import Authorizer
+from semel.broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
+from semel.broker.security.acl import AclBinding
+from semel.broker.security.authorizer import Authorizer
 
 TOPIC, GROUP, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from broker.testing import BrokerProcess, BrokerThread
+from semel.broker.testing import BrokerProcess, BrokerThread
 
 OVERRIDES = {
     "log.cleaner.enable": "false",  # cleanings run on demand here

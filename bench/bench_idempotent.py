@@ -7,7 +7,7 @@ of the broker's lowest CPU cost per GB: on a shared machine noise only ever slow
 1. append: `PartitionLog.append` in-process (flush mode none) of pre-built v2 batches,
    plain (no producer id) vs one idempotent producer (producer id, epoch 0, consecutive
    sequences): the producer-state bookkeeping alone. 1-record batches are its worst case.
-2. wire: `python -m broker serve` fed pre-encoded Produce v9 requests (acks=-1, one
+2. wire: `python -m semel.broker serve` fed pre-encoded Produce v9 requests (acks=-1, one
    `--records`-record batch of 1 KiB records each) over one connection, five in flight as
    an idempotent client keeps them; MB/s and the broker's CPU seconds per GB, per flush
    mode. The client does no work while measuring, so this is the broker's throughput.
@@ -46,13 +46,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench.broker_throughput import cpu_seconds
 from bench.broker_throughput import run as librdkafka_run
-from protocol import api
-from protocol.frame import encode_request_header
-from protocol.records import build_batch
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.recovery import open_partition_log
-from storage.topic_partition import TopicPartition
+from semel.protocol import api
+from semel.protocol.frame import encode_request_header
+from semel.protocol.records import build_batch
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.recovery import open_partition_log
+from semel.storage.topic_partition import TopicPartition
 from tests.kafka_wire import KafkaWire, create_topic, message, produce_request
 
 PRODUCE, INIT_PRODUCER_ID = 0, 22

@@ -17,11 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import crc32c
 
-from protocol import api
-from protocol.frame import encode_request_header, parse_request_header
-from protocol.messages import fetch_response as fr
-from protocol.messages import produce_request as pr
-from protocol.records import BatchHeader, build_batch
+from semel.protocol import api
+from semel.protocol.frame import encode_request_header, parse_request_header
+from semel.protocol.messages import fetch_response as fr
+from semel.protocol.messages import produce_request as pr
+from semel.protocol.records import BatchHeader, build_batch
 
 
 def best_ns(fn, number: int) -> float:

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from crc32c import crc32c
 
-from protocol import validator
-from protocol.compression import decompress
-from protocol.records import (
+from semel.protocol import validator
+from semel.protocol.compression import decompress
+from semel.protocol.records import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     BatchHeader,

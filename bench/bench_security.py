@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
 
 from bench.bench_authorizer import make_acls
 from bench.clients import run_group
-from broker.testing import BrokerProcess
+from semel.broker.testing import BrokerProcess
 from tests.kafka_wire import KafkaWire, message
 from tests.security.certs import make_tls_files
 
@@ -171,7 +171,7 @@ def tls_rows(args, tls, work: Path, log_dir: Path) -> dict:
     data.mkdir()
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "broker", "scram", "--data-dir", str(data), "--add",
+    subprocess.run([sys.executable, "-m", "semel.broker", "scram", "--data-dir", str(data), "--add",
                     f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"],
                    check=True, cwd=ROOT, capture_output=True)
     with BrokerProcess(data, security_props(tls)) as broker:
@@ -207,10 +207,10 @@ def install_acls(data_dir: Path, count: int) -> None:
     of the bench may create ACLs: a super user would skip every check). User:ANONYMOUS,
     the PLAINTEXT producer, is allowed by prefixed grants on the bench's topics and groups
     and a cluster grant (topic creation), among bench_authorizer's mix of the others."""
-    from broker.security import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType
-    from broker.security import ResourceType as RT
-    from broker.security.acl import AclBinding
-    from broker.security.acl_store import AclStore
+    from semel.broker.security import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType
+    from semel.broker.security import ResourceType as RT
+    from semel.broker.security.acl import AclBinding
+    from semel.broker.security.acl_store import AclStore
 
     allow, anonymous = AclPermissionType.ALLOW, "User:ANONYMOUS"
     ours = [AclBinding(RT.TOPIC, "sec-", PatternType.PREFIXED, anonymous, "*",

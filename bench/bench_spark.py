@@ -297,7 +297,7 @@ def start_spark(local_dir: Path):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from pipelines.spark import register
+    from semel.pipelines.spark import register
 
     spark = (SparkSession.builder.master("local[2]").appName("semel-bench-spark")
              .config("spark.ui.enabled", "false")
@@ -553,8 +553,8 @@ class Bench:
         return text
 
     def cprofile_read(self, bs: str, topic: str, records: int, size: int) -> str:
-        from pipelines.spark.options import source_options
-        from pipelines.spark.source import KafkaRange, plan_batch, read_range
+        from semel.pipelines.spark.options import source_options
+        from semel.pipelines.spark.source import KafkaRange, plan_batch, read_range
 
         options = source_options({"kafka.bootstrap.servers": bs, "subscribe": topic},
                                  streaming=False)
@@ -571,8 +571,8 @@ class Bench:
     def cprofile_write(self, bs: str, value: bytes, records: int) -> str:
         import pyarrow as pa
 
-        from pipelines.spark.options import sink_options
-        from pipelines.spark.sink import TaskWriter
+        from semel.pipelines.spark.options import sink_options
+        from semel.pipelines.spark.sink import TaskWriter
 
         out = workloads.topic_name("spark-wcprof")
         workloads.create_topic(bs, out, self.args.partitions)

@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protocol.records import build_batch, iter_batches
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.log_manager import LogManager
+from semel.protocol.records import build_batch, iter_batches
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.log_manager import LogManager
 
 BATCH_BYTES = 16 * 1024
 

@@ -1,6 +1,6 @@
 """Broker benchmark: startup, idle RSS, produce and fetch throughput with librdkafka.
 
-Starts ``python -m broker serve`` as a subprocess (durable ``fsync`` mode or
+Starts ``python -m semel.broker serve`` as a subprocess (durable ``fsync`` mode or
 ``log.flush.mode=none``), then runs confluent-kafka producers in separate processes
 (1 KiB records, acks=all; ``--idempotent`` turns enable.idempotence on) and one consumer
 reading everything back. Prints one line per figure; ``--json`` writes them to a file. Run:
@@ -71,7 +71,7 @@ def cpu_seconds(pid: int) -> float:
 def start_broker(data_dir: str, flush_mode: str) -> tuple[subprocess.Popen, int, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "serve", "--port", "0", "--data-dir", data_dir,
+        [sys.executable, "-m", "semel.broker", "serve", "--port", "0", "--data-dir", data_dir,
          "--set", f"log.flush.mode={flush_mode}", "--log-level", "WARNING"],
         stdout=subprocess.PIPE, text=True, cwd=ROOT)
     line = proc.stdout.readline()

@@ -124,10 +124,31 @@ class Target:
         return self.label
 
 
+TOP_PACKAGES = ("broker", "protocol", "storage", "coordinator", "pipelines")
+
+
+def import_root(root: Path) -> tuple[Path, str]:
+    """(the directory to put first on PYTHONPATH, the package prefix) under which ``root``'s
+    packages import. Trees that install them as ``semel.*`` (pyproject's package-dir) get a
+    ``semel`` folder of links to their folders in ``root/.cache/semel-import``, so a baseline
+    worktree's code is the one imported and not the editable install's; older trees import
+    them at the top level from ``root``."""
+    if 'semel.broker' not in (root / "pyproject.toml").read_text():
+        return root, ""
+    shim = root / ".cache" / "semel-import"
+    (shim / "semel").mkdir(parents=True, exist_ok=True)
+    for name in TOP_PACKAGES:
+        link = shim / "semel" / name
+        if not link.is_symlink() and (root / name).is_dir():
+            link.symlink_to(root / name)
+    return shim, "semel."
+
+
 class SemelTarget(Target):
-    """``python -m broker serve`` from ``root`` (default: this tree; bench/bench_ab.py passes
-    a git worktree of the baseline): run there, with ``root`` first on PYTHONPATH, so its
-    broker, protocol, storage and coordinator packages are the ones imported."""
+    """``python -m semel.broker serve`` from ``root`` (default: this tree; bench/bench_ab.py
+    passes a git worktree of the baseline): run there, with ``root``'s packages first on
+    PYTHONPATH (``import_root``), so its broker, protocol, storage and coordinator are the
+    ones imported."""
 
     def __init__(self, flush_mode: str, extra_sets: list[str] = (), *, root: Path = ROOT,
                  name: str | None = None, label: str | None = None) -> None:
@@ -140,8 +161,9 @@ class SemelTarget(Target):
 
     def env(self) -> dict:
         env = dict(os.environ)
+        path, _ = import_root(self.root)
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(self.root), *filter(None, [os.environ.get("PYTHONPATH")])])
+            [str(path), *filter(None, [os.environ.get("PYTHONPATH")])])
         return env
 
     def start(self, log_dir: Path) -> RunningBroker:
@@ -149,7 +171,7 @@ class SemelTarget(Target):
         sets = [f"log.flush.mode={self.flush_mode}", *self.extra_sets]
         for attempt in range(3):
             port = free_port()
-            argv = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1",
+            argv = [sys.executable, "-m", import_root(self.root)[1] + "broker", "serve", "--host", "127.0.0.1",
                     "--port", str(port), "--data-dir", data_dir, "--log-level", "WARNING"]
             for s in sets:
                 argv += ["--set", s]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import time
 
-from protocol.errors import Error
-from protocol.records import build_batch
+from semel.protocol.errors import Error
+from semel.protocol.records import build_batch
 from tests.kafka_wire import PRODUCE, KafkaWire, message, produce_request
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 22, 24, 26

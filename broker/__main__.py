@@ -1,7 +1,7 @@
-"""``python -m broker serve ...`` — the same as ``semel serve``."""
+"""``python -m semel.broker serve ...`` — the same as ``semel serve``."""
 
 import sys
 
-from broker.cli import main
+from semel.broker.cli import main
 
 sys.exit(main())

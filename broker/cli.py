@@ -1,4 +1,4 @@
-"""The command line: ``semel serve`` (also ``python -m broker serve``) and ``semel scram``.
+"""The command line: ``semel serve`` (also ``python -m semel.broker serve``) and ``semel scram``.
 
 Prints exactly one line containing ``ready`` and the bound ``host:port`` once the broker
 accepts connections; exits non-zero with a one-line reason when the configuration is bad
@@ -21,8 +21,8 @@ import signal
 import sys
 from pathlib import Path
 
-from broker.config import BrokerConfig, ConfigError, load_config
-from storage.fs import MetadataFileError
+from semel.broker.config import BrokerConfig, ConfigError, load_config
+from semel.storage.fs import MetadataFileError
 
 log = logging.getLogger("broker")
 
@@ -49,8 +49,8 @@ def _parser() -> argparse.ArgumentParser:
 def _scram(data_dir: str, additions: list[str]) -> int:
     import fcntl
 
-    from broker.security.credentials import ScramCredentialStore, parse_scram_argument
-    from storage.log_manager import LOCK_FILE
+    from semel.broker.security.credentials import ScramCredentialStore, parse_scram_argument
+    from semel.storage.log_manager import LOCK_FILE
 
     try:
         parsed = [parse_scram_argument(a) for a in additions]
@@ -90,7 +90,7 @@ def _check_data_dir(path: str) -> None:
 
 
 async def _serve(config: BrokerConfig) -> int:
-    from broker.server import Broker
+    from semel.broker.server import Broker
 
     broker = Broker(config)
     try:

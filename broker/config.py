@@ -38,9 +38,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from broker.properties import PropertiesSyntaxError, parse_properties
-from broker.security import Principal
-from broker.security.listeners import (
+from semel.broker.properties import PropertiesSyntaxError, parse_properties
+from semel.broker.security import Principal
+from semel.broker.security.listeners import (
     DEFAULT_PROTOCOL_MAP,
     JAAS_SUFFIX,
     LISTENER_PREFIX,
@@ -76,7 +76,7 @@ from broker.security.listeners import (
     resolve_listener_key,
     resolve_listener_security,
 )
-from broker.security.listeners import InvalidValue as _Invalid
+from semel.broker.security.listeners import InvalidValue as _Invalid
 
 __all__ = [
     "ALIASES",
@@ -1005,7 +1005,7 @@ def _check_listeners(config: BrokerConfig) -> None:
         except _Invalid as e:
             raise ConfigError(str(e)) from None
         if sec.ssl is not None:
-            from broker.security.tls import build_server_context
+            from semel.broker.security.tls import build_server_context
 
             build_server_context(sec)  # loads the key store and trust store: ConfigError
 

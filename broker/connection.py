@@ -47,18 +47,18 @@ from collections import deque
 from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
-from broker.dispatch import CloseConnection
-from broker.security.endpoint import AuthenticationRefused
-from broker.security.session import Session
-from protocol.errors import ProtocolError
-from protocol.frame import BufferedFrameReader
+from semel.broker.dispatch import CloseConnection
+from semel.broker.security.endpoint import AuthenticationRefused
+from semel.broker.security.session import Session
+from semel.protocol.errors import ProtocolError
+from semel.protocol.frame import BufferedFrameReader
 
 # how long one connection may run requests back to back in one round of the event loop
 BURST_NS = 200_000
 
 if TYPE_CHECKING:
-    from broker.security.endpoint import ListenerEndpoint
-    from broker.server import Broker
+    from semel.broker.security.endpoint import ListenerEndpoint
+    from semel.broker.server import Broker
 
 log = logging.getLogger("broker.connection")
 

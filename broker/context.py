@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.security import AclOperation, Principal, ResourceType
-from broker.security.session import Session
-from protocol.frame import RequestHeader
+from semel.broker.security import AclOperation, Principal, ResourceType
+from semel.broker.security.session import Session
+from semel.protocol.frame import RequestHeader
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from semel.broker.server import Broker
 
 
 @dataclass(slots=True)

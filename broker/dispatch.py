@@ -16,16 +16,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.context import RequestContext
-from broker.handlers import HANDLERS
-from broker.security.session import BEFORE_AUTHENTICATION, SASL_HANDSHAKE, Session
-from protocol import api
-from protocol.errors import Error, KafkaError, ProtocolError
-from protocol.frame import encode_response_header, parse_request_header, peek_api_key_version
-from protocol.primitives import FrameBuilder
+from semel.broker.context import RequestContext
+from semel.broker.handlers import HANDLERS
+from semel.broker.security.session import BEFORE_AUTHENTICATION, SASL_HANDSHAKE, Session
+from semel.protocol import api
+from semel.protocol.errors import Error, KafkaError, ProtocolError
+from semel.protocol.frame import encode_response_header, parse_request_header, peek_api_key_version
+from semel.protocol.primitives import FrameBuilder
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from semel.broker.server import Broker
 
 log = logging.getLogger("broker.dispatch")
 API_VERSIONS = 18
@@ -120,7 +120,7 @@ class Dispatcher:
         return [_SIZE.pack(len(step.challenge)), step.challenge]
 
     def _unsupported_api_versions(self, correlation_id: int) -> bytes:
-        from broker.handlers import api_versions
+        from semel.broker.handlers import api_versions
 
         response = api_versions.build_response(Error.UNSUPPORTED_VERSION, self.supported, 0)
         out = bytearray(4)

@@ -14,22 +14,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
-from broker.config import BrokerConfig
-from broker.connection import Connection, RateLimitedLog
-from broker.dispatch import Dispatcher
-from broker.features import FINALIZED_FEATURES
-from broker.fetch_wait import FetchWaiters
-from broker.metrics import BrokerMetrics
-from broker.request_memory import RequestMemory
-from broker.security.authorizer import Authorizer
-from broker.security.credentials import ScramCredentialStore
-from broker.security.endpoint import ListenerEndpoint
-from coordinator.group import GroupConfig, GroupCoordinator
-from coordinator.producer_id import ProducerIdManager
-from coordinator.producer_principal import ProducerPrincipals
-from coordinator.transaction import LogMarkerWriter, TransactionCoordinator, TxnConfig
-from storage.config import LogConfig
-from storage.log_manager import LogManager
+from semel.broker.config import BrokerConfig
+from semel.broker.connection import Connection, RateLimitedLog
+from semel.broker.dispatch import Dispatcher
+from semel.broker.features import FINALIZED_FEATURES
+from semel.broker.fetch_wait import FetchWaiters
+from semel.broker.metrics import BrokerMetrics
+from semel.broker.request_memory import RequestMemory
+from semel.broker.security.authorizer import Authorizer
+from semel.broker.security.credentials import ScramCredentialStore
+from semel.broker.security.endpoint import ListenerEndpoint
+from semel.coordinator.group import GroupConfig, GroupCoordinator
+from semel.coordinator.producer_id import ProducerIdManager
+from semel.coordinator.producer_principal import ProducerPrincipals
+from semel.coordinator.transaction import LogMarkerWriter, TransactionCoordinator, TxnConfig
+from semel.storage.config import LogConfig
+from semel.storage.log_manager import LogManager
 
 log = logging.getLogger("broker.server")
 

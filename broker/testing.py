@@ -3,14 +3,13 @@
 ``BrokerThread`` starts a ``Broker`` on its own uvloop event loop in a daemon thread, bound
 to 127.0.0.1 on an ephemeral port with a temporary data directory, so blocking clients
 (confluent-kafka, kafka-python, Java) can talk to it from the test thread.
-``BrokerProcess`` runs ``python -m broker serve`` and waits for its ``ready`` line; tests
+``BrokerProcess`` runs ``python -m semel.broker serve`` and waits for its ``ready`` line; tests
 that SIGKILL the broker use it. Both are stopped by their own pid/handle only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess
@@ -19,21 +18,25 @@ import threading
 from pathlib import Path
 from typing import Self
 
-from broker.config import load_config
+from semel.broker.config import load_config
 
 READY = re.compile(r"ready on (\S+):(\d+)")
 OTHER_LISTENER = re.compile(r", (\w+) \w+ on \S+:(\d+)")
 
 
 def test_config(data_dir: Path, overrides: dict[str, str] | None = None):
+    """A BrokerConfig for tests: 127.0.0.1, an ephemeral port, log.flush.mode=none."""
     settings = {"log.flush.mode": "none", **(overrides or {})}
     return load_config(None, [f"{k}={v}" for k, v in settings.items()], env={},
-                       host="127.0.0.1", port=0, data_dir=str(data_dir))
+                       host="127.0.0.1", port=0, data_dir=str(Path(data_dir).resolve()))
+
+
+test_config.__test__ = False  # not a test where a test module imports it
 
 
 class BrokerThread:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, **broker_kw):
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).resolve()  # relative to the caller's directory
         self.overrides = overrides
         self.broker_kw = broker_kw
         self.broker = None
@@ -49,7 +52,7 @@ class BrokerThread:
     def start(self) -> BrokerThread:
         import uvloop
 
-        from broker.server import Broker
+        from semel.broker.server import Broker
 
         config = test_config(self.data_dir, self.overrides)
 
@@ -95,11 +98,11 @@ class BrokerThread:
 
 
 class BrokerProcess:
-    """``python -m broker serve`` as a child process (for SIGKILL/restart tests)."""
+    """``python -m semel.broker serve`` as a child process (for SIGKILL/restart tests)."""
 
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
                  port: int = 0) -> None:
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).resolve()  # relative to the caller's directory
         self.overrides = {"log.flush.mode": "fsync", **(overrides or {})}
         self.port = port  # the first listener's
         self.ports: dict[str, int] = {}  # the other listeners', by name
@@ -111,14 +114,12 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> BrokerProcess:
-        args = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1",
+        args = [sys.executable, "-m", "semel.broker", "serve", "--host", "127.0.0.1",
                 "--port", str(self.port), "--data-dir", str(self.data_dir)]
         for k, v in self.overrides.items():
             args += ["--set", f"{k}={v}"]
-        root = Path(__file__).resolve().parents[1]
-        env = {**os.environ, "PYTHONPATH": str(root)}
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env, cwd=root)
+                                     text=True)
         ready = threading.Event()
 
         def pump() -> None:

@@ -27,8 +27,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.errors import Error, KafkaError
-from storage.fs import MetadataFileError, RealFileSystem
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.fs import MetadataFileError, RealFileSystem
 
 log = logging.getLogger("coordinator.producer_id")
 

@@ -31,8 +31,8 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from protocol.errors import Error, KafkaError
-from storage.fs import MetadataFileError, RealFileSystem
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.fs import MetadataFileError, RealFileSystem
 
 log = logging.getLogger("coordinator.producer_principal")
 

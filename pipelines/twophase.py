@@ -44,9 +44,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Self
 
-from protocol import api
-from protocol.errors import Error
-from protocol.frame import decode_response_header, encode_request_header
+from semel.protocol import api
+from semel.protocol.errors import Error
+from semel.protocol.frame import decode_response_header, encode_request_header
 
 __all__ = ["NoOngoingTransaction", "Outcome", "PreparedTxn", "TwoPhaseCommitClient",
            "TwoPhaseCommitError", "TxnDescription"]

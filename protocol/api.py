@@ -7,7 +7,7 @@ and librdkafka 2.x send, and for the exactly-once APIs the newest in Kafka 4.x s
 (Produce stops at 12: v13 addresses topics by id only).
 
 Codecs are generated into ``protocol/messages/<name>_{request,response}.py`` by
-``python -m protocol.codegen`` and imported lazily on first use.
+``python -m semel.protocol.codegen`` and imported lazily on first use.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def snake(name: str) -> str:
 
 def module_name(api_name: str, kind: str) -> str:
     """``("EndTxn", "request")`` -> ``"protocol.messages.end_txn_request"``."""
-    return f"protocol.messages.{snake(api_name)}_{kind}"
+    return f"semel.protocol.messages.{snake(api_name)}_{kind}"
 
 
 _modules: dict[tuple[int, str], ModuleType] = {}

@@ -51,7 +51,7 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from protocol.errors import ProtocolError
+from semel.protocol.errors import ProtocolError
 
 __all__ = ["STREAM_CHUNK", "CompressionType", "compress", "decompress", "stream_decompress"]
 

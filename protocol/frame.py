@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from protocol.errors import ProtocolError
-from protocol.primitives import read_uvarint as read_unsigned_varint
-from protocol.primitives import skip_tagged_fields
+from semel.protocol.errors import ProtocolError
+from semel.protocol.primitives import read_uvarint as read_unsigned_varint
+from semel.protocol.primitives import skip_tagged_fields
 
 __all__ = [
     "BufferedFrameReader",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from uuid import UUID
 
-from protocol.errors import ProtocolError
+from semel.protocol.errors import ProtocolError
 
 INT16 = struct.Struct(">h")
 INT32 = struct.Struct(">i")

@@ -47,11 +47,11 @@ from typing import Self
 
 from crc32c import crc32c
 
-from protocol.compression import compress, decompress
-from protocol.errors import Error, ProtocolError
+from semel.protocol.compression import compress, decompress
+from semel.protocol.errors import Error, ProtocolError
 
 try:  # built from protocol/_recordwalk.c at install when a C compiler is there
-    from protocol import _recordwalk  # type: ignore[attr-defined]
+    from semel.protocol import _recordwalk  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - the pure-Python reader is used
     _recordwalk = None
 

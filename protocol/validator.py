@@ -47,9 +47,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from protocol.compression import STREAM_CHUNK, decompress_small, stream_decompress
-from protocol.errors import ProtocolError
-from protocol.records import (
+from semel.protocol.compression import STREAM_CHUNK, decompress_small, stream_decompress
+from semel.protocol.errors import ProtocolError
+from semel.protocol.records import (
     HEADER_SIZE,
     LOG_APPEND_TIME,
     BatchHeader,
@@ -58,7 +58,7 @@ from protocol.records import (
 )
 
 try:  # built from protocol/_recordwalk.c at install when a C compiler is there
-    from protocol import _recordwalk  # type: ignore[attr-defined]
+    from semel.protocol import _recordwalk  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised by the differential test's fallback
     _recordwalk = None
 

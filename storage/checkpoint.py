@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage.fs import RealFileSystem
-from storage.topic_partition import TopicPartition
+from semel.storage.fs import RealFileSystem
+from semel.storage.topic_partition import TopicPartition
 
 VERSION = 0
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.errors import Error, KafkaError
+from semel.protocol.errors import Error, KafkaError
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1

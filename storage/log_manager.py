@@ -40,25 +40,25 @@ from pathlib import Path
 
 import msgspec
 
-from protocol.errors import Error, KafkaError
-from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
-from storage.cleaner.cleaner import (
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from semel.storage.cleaner.cleaner import (
     CLEANER_OFFSET_CHECKPOINT,
     CleanerCheckpoint,
     CleanerStats,
     CleaningResult,
     clean_partition,
 )
-from storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
-from storage.cleaner.process import CleanerError, CleanerProcess, CleanerThread
-from storage.cleaner.selection import filthiest, log_to_clean
-from storage.cleaner.worker import UNLIMITED
-from storage.config import LogConfig
-from storage.fs import MetadataFileError, RealFileSystem
-from storage.partition_log import PartitionLog, partition_dir_name
-from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
-from storage.recovery import open_partition_log
-from storage.topic_partition import TopicPartition
+from semel.storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
+from semel.storage.cleaner.process import CleanerError, CleanerProcess, CleanerThread
+from semel.storage.cleaner.selection import filthiest, log_to_clean
+from semel.storage.cleaner.worker import UNLIMITED
+from semel.storage.config import LogConfig
+from semel.storage.fs import MetadataFileError, RealFileSystem
+from semel.storage.partition_log import PartitionLog, partition_dir_name
+from semel.storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from semel.storage.recovery import open_partition_log
+from semel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger("storage.log_manager")
 

@@ -27,7 +27,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable
 
-from storage.fs import FileHandle, RealFileSystem
+from semel.storage.fs import FileHandle, RealFileSystem
 
 ENTRY = struct.Struct(">ii")
 ENTRY_SIZE = ENTRY.size

@@ -63,8 +63,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from protocol.errors import Error, KafkaError, ProtocolError
-from protocol.records import (
+from semel.protocol.errors import Error, KafkaError, ProtocolError
+from semel.protocol.records import (
     CREATE_TIME,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -81,16 +81,16 @@ from protocol.records import (
     set_partition_leader_epoch,
     validate_batches,
 )
-from protocol.validator import (
+from semel.protocol.validator import (
     DEFAULT_MAX_UNCOMPRESSED,
     RecordsSummary,
     RecordWalk,
     quick_summary,
 )
-from storage.config import LOG_APPEND_TIME as LOG_APPEND_TIME_CONFIG
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.producer_state import (
+from semel.storage.config import LOG_APPEND_TIME as LOG_APPEND_TIME_CONFIG
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.producer_state import (
     ORIGIN_CLIENT,
     ORIGIN_REPLICATION,
     BatchMetadata,
@@ -99,7 +99,7 @@ from storage.producer_state import (
     ProducerStateEntry,
     ProducerStateManager,
 )
-from storage.segment import (
+from semel.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -112,7 +112,7 @@ from storage.segment import (
     SegmentRollbackError,
     segment_file_name,
 )
-from storage.topic_partition import TopicPartition
+from semel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger("storage.partition_log")
 

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from protocol.errors import Error, KafkaError
-from storage.fs import RealFileSystem
-from storage.segment import SNAPSHOT_SUFFIX, parse_segment_file_name, segment_file_name
-from storage.topic_partition import TopicPartition
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.fs import RealFileSystem
+from semel.storage.segment import SNAPSHOT_SUFFIX, parse_segment_file_name, segment_file_name
+from semel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger("storage.producer_state")
 

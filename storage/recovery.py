@@ -40,12 +40,12 @@ import logging
 import os
 from collections.abc import Callable
 
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.offset_index import CorruptIndexError
-from storage.partition_log import PartitionLog
-from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
-from storage.segment import (
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.offset_index import CorruptIndexError
+from semel.storage.partition_log import PartitionLog
+from semel.storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
+from semel.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -56,7 +56,7 @@ from storage.segment import (
     LogSegment,
     parse_segment_file_name,
 )
-from storage.topic_partition import TopicPartition
+from semel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger("storage.recovery")
 

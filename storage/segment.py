@@ -25,7 +25,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from protocol.records import (
+from semel.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
@@ -35,10 +35,10 @@ from protocol.records import (
     iter_batches,
     validate_batches,
 )
-from storage.fs import FileHandle, RealFileSystem
-from storage.offset_index import CorruptIndexError, OffsetIndex
-from storage.time_index import TimeIndex
-from storage.transaction_index import AbortedTxn, TransactionIndex
+from semel.storage.fs import FileHandle, RealFileSystem
+from semel.storage.offset_index import CorruptIndexError, OffsetIndex
+from semel.storage.time_index import TimeIndex
+from semel.storage.transaction_index import AbortedTxn, TransactionIndex
 
 log = logging.getLogger("storage.segment")
 

@@ -19,8 +19,8 @@ import os
 import struct
 from bisect import bisect_right
 
-from storage.fs import FileHandle, RealFileSystem
-from storage.offset_index import CorruptIndexError, DeferredEntries
+from semel.storage.fs import FileHandle, RealFileSystem
+from semel.storage.offset_index import CorruptIndexError, DeferredEntries
 
 ENTRY = struct.Struct(">qi")
 ENTRY_SIZE = ENTRY.size

@@ -25,8 +25,8 @@ import os
 import struct
 from typing import NamedTuple
 
-from storage.fs import FileHandle, RealFileSystem
-from storage.offset_index import CorruptIndexError
+from semel.storage.fs import FileHandle, RealFileSystem
+from semel.storage.offset_index import CorruptIndexError
 
 log = logging.getLogger("storage.transaction_index")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.testing import BrokerThread
+from semel.broker.testing import BrokerThread
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.group.consumer_protocol import encode_subscription
-from protocol.errors import Error
+from semel.coordinator.group.consumer_protocol import encode_subscription
+from semel.protocol.errors import Error
 from tests.kafka_wire import KafkaWire, message
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14

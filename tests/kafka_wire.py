@@ -14,9 +14,9 @@ import struct
 from collections import deque
 from typing import Self
 
-from protocol import api
-from protocol.frame import decode_response_header, encode_request_header
-from protocol.records import build_batch, iter_batches, iter_records
+from semel.protocol import api
+from semel.protocol.frame import decode_response_header, encode_request_header
+from semel.protocol.records import build_batch, iter_batches, iter_records
 
 _SIZE = struct.Struct(">i")
 

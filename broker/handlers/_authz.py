@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from broker.security import CLUSTER_NAME, AclOperation, ResourceType
-from protocol.errors import Error
+from semel.broker.security import CLUSTER_NAME, AclOperation, ResourceType
+from semel.protocol.errors import Error
 
 NOTHING: frozenset[str] = frozenset()
 

@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from broker.config import PROPERTIES, BrokerConfig
-from protocol.errors import Error, KafkaError
-from storage.config import CONFIG_DEFS_BY_NAME, CONFIG_TYPE_IDS, TOPIC_CONFIG_DEFS, LogConfig
-from storage.log_manager import validate_topic_name
+from semel.broker.config import PROPERTIES, BrokerConfig
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.config import CONFIG_DEFS_BY_NAME, CONFIG_TYPE_IDS, TOPIC_CONFIG_DEFS, LogConfig
+from semel.storage.log_manager import validate_topic_name
 
 
 class ResourceType(IntEnum):

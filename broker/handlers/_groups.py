@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.group import GroupCoordinator, RequestInfo
+from semel.coordinator.group import GroupCoordinator, RequestInfo
 
 
 def coordinator(ctx) -> GroupCoordinator:

@@ -8,7 +8,7 @@ older than ours is FENCED_LEADER_EPOCH, newer is UNKNOWN_LEADER_EPOCH (Kafka's
 
 from __future__ import annotations
 
-from protocol.errors import Error, KafkaError
+from semel.protocol.errors import Error, KafkaError
 
 NO_LEADER_EPOCH = -1
 

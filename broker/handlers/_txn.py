@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol.errors import Error
+from semel.protocol.errors import Error
 
 
 def txn_coordinator(ctx):

@@ -19,22 +19,22 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.handlers._authz import NOTHING, cluster_allows, denied_topics, foreign_producer_id
-from broker.handlers._txn import fenced_for_old_clients, txn_coordinator
-from broker.handlers.metadata import INTERNAL_TOPICS
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.add_partitions_to_txn_request import (
+from semel.broker.handlers._authz import NOTHING, cluster_allows, denied_topics, foreign_producer_id
+from semel.broker.handlers._txn import fenced_for_old_clients, txn_coordinator
+from semel.broker.handlers.metadata import INTERNAL_TOPICS
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.add_partitions_to_txn_request import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnTransaction,
 )
-from protocol.messages.add_partitions_to_txn_response import (
+from semel.protocol.messages.add_partitions_to_txn_response import (
     AddPartitionsToTxnPartitionResult,
     AddPartitionsToTxnResponse,
     AddPartitionsToTxnResult,
     AddPartitionsToTxnTopicResult,
 )
-from storage.topic_partition import TopicPartition
+from semel.storage.topic_partition import TopicPartition
 
 API_KEY = 24
 

@@ -13,8 +13,8 @@ configs dynamically" (an empty list succeeds). Other resource types -> INVALID_R
 
 from __future__ import annotations
 
-from broker.handlers._authz import config_resource_error
-from broker.handlers._configs import (
+from semel.broker.handlers._authz import config_resource_error
+from semel.broker.handlers._configs import (
     ResourceType,
     alter_each,
     check_alter_entries,
@@ -23,10 +23,10 @@ from broker.handlers._configs import (
     refuse_broker_changes,
     replace_topic_overrides,
 )
-from broker.security import AclOperation
-from protocol.errors import Error, KafkaError
-from protocol.messages.alter_configs_request import AlterConfigsRequest, AlterConfigsResource
-from protocol.messages.alter_configs_response import (
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.alter_configs_request import AlterConfigsRequest, AlterConfigsResource
+from semel.protocol.messages.alter_configs_response import (
     AlterConfigsResourceResponse,
     AlterConfigsResponse,
 )

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import logging
 
-from broker.security import CLUSTER_NAME, AclOperation, ResourceType
-from broker.security.scram import (
+from semel.broker.security import CLUSTER_NAME, AclOperation, ResourceType
+from semel.broker.security.scram import (
     BY_TYPE,
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     credential_from_salted_password,
 )
-from protocol.errors import Error
-from protocol.messages.alter_user_scram_credentials_request import (
+from semel.protocol.errors import Error
+from semel.protocol.messages.alter_user_scram_credentials_request import (
     AlterUserScramCredentialsRequest,
     ScramCredentialUpsertion,
 )
-from protocol.messages.alter_user_scram_credentials_response import (
+from semel.protocol.messages.alter_user_scram_credentials_response import (
     AlterUserScramCredentialsResponse,
     AlterUserScramCredentialsResult,
 )

@@ -9,10 +9,10 @@ features in tagged fields.
 
 from __future__ import annotations
 
-from broker.features import FINALIZED_FEATURES, FINALIZED_FEATURES_EPOCH, SUPPORTED_FEATURES
-from protocol.errors import Error
-from protocol.messages.api_versions_request import ApiVersionsRequest
-from protocol.messages.api_versions_response import (
+from semel.broker.features import FINALIZED_FEATURES, FINALIZED_FEATURES_EPOCH, SUPPORTED_FEATURES
+from semel.protocol.errors import Error
+from semel.protocol.messages.api_versions_request import ApiVersionsRequest
+from semel.protocol.messages.api_versions_response import (
     ApiVersion,
     ApiVersionsResponse,
     FinalizedFeatureKey,

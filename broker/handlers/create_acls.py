@@ -15,17 +15,17 @@ v1: PREFIXED patterns. v2: flexible. v3: the User resource type.
 
 from __future__ import annotations
 
-from broker.security import (
+from semel.broker.security import (
     CLUSTER_NAME,
     AclOperation,
     AclPermissionType,
     PatternType,
     ResourceType,
 )
-from broker.security.acl import AclBinding, from_code
-from protocol.errors import Error
-from protocol.messages.create_acls_request import AclCreation, CreateAclsRequest
-from protocol.messages.create_acls_response import AclCreationResult, CreateAclsResponse
+from semel.broker.security.acl import AclBinding, from_code
+from semel.protocol.errors import Error
+from semel.protocol.messages.create_acls_request import AclCreation, CreateAclsRequest
+from semel.protocol.messages.create_acls_response import AclCreationResult, CreateAclsResponse
 
 API_KEY = 30
 

@@ -12,16 +12,16 @@ grow them, which remaps every group and transactional id to another partition.
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied_topics
-from broker.handlers.create_topics import MAX_RECORDS_PER_REQUEST, check_manual_assignment
-from broker.handlers.metadata import INTERNAL_TOPICS
-from broker.security import AclOperation
-from protocol.errors import Error, KafkaError
-from protocol.messages.create_partitions_request import (
+from semel.broker.handlers._authz import denied_topics
+from semel.broker.handlers.create_topics import MAX_RECORDS_PER_REQUEST, check_manual_assignment
+from semel.broker.handlers.metadata import INTERNAL_TOPICS
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.create_partitions_request import (
     CreatePartitionsRequest,
     CreatePartitionsTopic,
 )
-from protocol.messages.create_partitions_response import (
+from semel.protocol.messages.create_partitions_response import (
     CreatePartitionsResponse,
     CreatePartitionsTopicResult,
 )

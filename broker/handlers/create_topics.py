@@ -17,17 +17,17 @@ their sources. v7: topic id.
 
 from __future__ import annotations
 
-from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
-from broker.handlers._configs import topic_config_entries
-from broker.security import AclOperation
-from protocol.errors import Error, KafkaError
-from protocol.messages.create_topics_request import CreatableTopic, CreateTopicsRequest
-from protocol.messages.create_topics_response import (
+from semel.broker.handlers._authz import NOTHING, cluster_allows, denied_topics
+from semel.broker.handlers._configs import topic_config_entries
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.create_topics_request import CreatableTopic, CreateTopicsRequest
+from semel.protocol.messages.create_topics_response import (
     CreatableTopicConfigs,
     CreatableTopicResult,
     CreateTopicsResponse,
 )
-from protocol.primitives import ZERO_UUID
+from semel.protocol.primitives import ZERO_UUID
 
 API_KEY = 19
 MAX_RECORDS_PER_REQUEST = 10000  # Kafka's MAX_RECORDS_PER_USER_OP

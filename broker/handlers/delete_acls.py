@@ -13,17 +13,17 @@ resource type.
 
 from __future__ import annotations
 
-from broker.security import (
+from semel.broker.security import (
     CLUSTER_NAME,
     AclOperation,
     AclPermissionType,
     PatternType,
     ResourceType,
 )
-from broker.security.acl import AclBinding, AclBindingFilter, from_code
-from protocol.errors import Error
-from protocol.messages.delete_acls_request import DeleteAclsFilter, DeleteAclsRequest
-from protocol.messages.delete_acls_response import (
+from semel.broker.security.acl import AclBinding, AclBindingFilter, from_code
+from semel.protocol.errors import Error
+from semel.protocol.messages.delete_acls_request import DeleteAclsFilter, DeleteAclsRequest
+from semel.protocol.messages.delete_acls_response import (
     DeleteAclsFilterResult,
     DeleteAclsMatchingAcl,
     DeleteAclsResponse,

@@ -7,11 +7,14 @@ with members. Repeated names are answered once. v2: flexible.
 
 from __future__ import annotations
 
-from broker.handlers._groups import coordinator
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.delete_groups_request import DeleteGroupsRequest
-from protocol.messages.delete_groups_response import DeletableGroupResult, DeleteGroupsResponse
+from semel.broker.handlers._groups import coordinator
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.delete_groups_request import DeleteGroupsRequest
+from semel.protocol.messages.delete_groups_response import (
+    DeletableGroupResult,
+    DeleteGroupsResponse,
+)
 
 API_KEY = 42
 

@@ -13,13 +13,13 @@ v2: flexible.
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied_topics
-from broker.handlers._partitions import partition_log
-from broker.handlers.metadata import INTERNAL_TOPICS
-from broker.security import AclOperation
-from protocol.errors import Error, KafkaError
-from protocol.messages.delete_records_request import DeleteRecordsRequest
-from protocol.messages.delete_records_response import (
+from semel.broker.handlers._authz import denied_topics
+from semel.broker.handlers._partitions import partition_log
+from semel.broker.handlers.metadata import INTERNAL_TOPICS
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.delete_records_request import DeleteRecordsRequest
+from semel.protocol.messages.delete_records_response import (
     DeleteRecordsPartitionResult,
     DeleteRecordsResponse,
     DeleteRecordsTopicResult,

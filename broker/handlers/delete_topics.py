@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import uuid
 
-from broker.handlers._authz import cluster_allows
-from broker.handlers.metadata import INTERNAL_TOPICS
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error, KafkaError
-from protocol.messages.delete_topics_request import DeleteTopicsRequest
-from protocol.messages.delete_topics_response import DeletableTopicResult, DeleteTopicsResponse
-from protocol.primitives import ZERO_UUID
+from semel.broker.handlers._authz import cluster_allows
+from semel.broker.handlers.metadata import INTERNAL_TOPICS
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.delete_topics_request import DeleteTopicsRequest
+from semel.protocol.messages.delete_topics_response import (
+    DeletableTopicResult,
+    DeleteTopicsResponse,
+)
+from semel.protocol.primitives import ZERO_UUID
 
 API_KEY = 20
 AUTH_FAILED = "Authorization failed."

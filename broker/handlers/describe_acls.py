@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from broker.security import (
+from semel.broker.security import (
     CLUSTER_NAME,
     AclOperation,
     AclPermissionType,
     PatternType,
     ResourceType,
 )
-from broker.security.acl import AclBindingFilter, from_code
-from protocol.errors import Error
-from protocol.messages.describe_acls_request import DescribeAclsRequest
-from protocol.messages.describe_acls_response import (
+from semel.broker.security.acl import AclBindingFilter, from_code
+from semel.protocol.errors import Error
+from semel.protocol.messages.describe_acls_request import DescribeAclsRequest
+from semel.protocol.messages.describe_acls_response import (
     AclDescription,
     DescribeAclsResource,
     DescribeAclsResponse,

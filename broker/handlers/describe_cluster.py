@@ -10,11 +10,11 @@ unknown type answers UNSUPPORTED_ENDPOINT_TYPE and CONTROLLER (2) MISMATCHED_END
 
 from __future__ import annotations
 
-from broker.handlers._authz import authorized_operations, cluster_allows
-from broker.security import CLUSTER_NAME, AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.describe_cluster_request import DescribeClusterRequest
-from protocol.messages.describe_cluster_response import (
+from semel.broker.handlers._authz import authorized_operations, cluster_allows
+from semel.broker.security import CLUSTER_NAME, AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.describe_cluster_request import DescribeClusterRequest
+from semel.protocol.messages.describe_cluster_response import (
     DescribeClusterBroker,
     DescribeClusterResponse,
 )

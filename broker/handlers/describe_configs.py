@@ -14,8 +14,8 @@ documentation. v4: flexible.
 
 from __future__ import annotations
 
-from broker.handlers._authz import config_resource_error
-from broker.handlers._configs import (
+from semel.broker.handlers._authz import config_resource_error
+from semel.broker.handlers._configs import (
     ConfigEntry,
     ResourceType,
     broker_config_entries,
@@ -23,19 +23,19 @@ from broker.handlers._configs import (
     resource_type_name,
     topic_config_entries,
 )
-from broker.security import AclOperation
-from protocol.errors import Error, KafkaError
-from protocol.messages.describe_configs_request import (
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.describe_configs_request import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
 )
-from protocol.messages.describe_configs_response import (
+from semel.protocol.messages.describe_configs_response import (
     DescribeConfigsResourceResult,
     DescribeConfigsResponse,
     DescribeConfigsResult,
     DescribeConfigsSynonym,
 )
-from storage.log_manager import validate_topic_name
+from semel.storage.log_manager import validate_topic_name
 
 API_KEY = 32
 

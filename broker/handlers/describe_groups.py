@@ -8,13 +8,13 @@ with no error (versions before 6 do so in Kafka). v3+: authorized_operations whe
 
 from __future__ import annotations
 
-from broker.handlers._authz import authorized_operations
-from broker.handlers._groups import coordinator
-from broker.security import AclOperation, ResourceType
-from coordinator.group.group_manager import GROUP_AUTHORIZED_OPERATIONS
-from protocol.errors import Error
-from protocol.messages.describe_groups_request import DescribeGroupsRequest
-from protocol.messages.describe_groups_response import DescribedGroup, DescribeGroupsResponse
+from semel.broker.handlers._authz import authorized_operations
+from semel.broker.handlers._groups import coordinator
+from semel.broker.security import AclOperation, ResourceType
+from semel.coordinator.group.group_manager import GROUP_AUTHORIZED_OPERATIONS
+from semel.protocol.errors import Error
+from semel.protocol.messages.describe_groups_request import DescribeGroupsRequest
+from semel.protocol.messages.describe_groups_response import DescribedGroup, DescribeGroupsResponse
 
 API_KEY = 15
 

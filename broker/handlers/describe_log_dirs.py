@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import shutil
 
-from broker.handlers._authz import cluster_allows
-from broker.security import AclOperation
-from protocol.errors import Error
-from protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
-from protocol.messages.describe_log_dirs_response import (
+from semel.broker.handlers._authz import cluster_allows
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error
+from semel.protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
+from semel.protocol.messages.describe_log_dirs_response import (
     DescribeLogDirsPartition,
     DescribeLogDirsResponse,
     DescribeLogDirsResult,

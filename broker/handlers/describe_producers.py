@@ -9,11 +9,11 @@ transaction. A partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION.
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied_topics
-from broker.security import AclOperation
-from protocol.errors import Error
-from protocol.messages.describe_producers_request import DescribeProducersRequest
-from protocol.messages.describe_producers_response import (
+from semel.broker.handlers._authz import denied_topics
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error
+from semel.protocol.messages.describe_producers_request import DescribeProducersRequest
+from semel.protocol.messages.describe_producers_response import (
     DescribeProducersResponse,
     PartitionResponse,
     ProducerState,

@@ -8,12 +8,12 @@ COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE.
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied_topics
-from broker.handlers._txn import txn_coordinator
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.describe_transactions_request import DescribeTransactionsRequest
-from protocol.messages.describe_transactions_response import (
+from semel.broker.handlers._authz import denied_topics
+from semel.broker.handlers._txn import txn_coordinator
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.describe_transactions_request import DescribeTransactionsRequest
+from semel.protocol.messages.describe_transactions_response import (
     DescribeTransactionsResponse,
     TopicData,
     TransactionState,

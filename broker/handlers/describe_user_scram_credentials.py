@@ -8,13 +8,13 @@ RESOURCE_NOT_FOUND, a user named twice DUPLICATE_RESOURCE (once), as Kafka's Scr
 
 from __future__ import annotations
 
-from broker.security import CLUSTER_NAME, AclOperation, ResourceType
-from broker.security.scram import MECHANISMS
-from protocol.errors import Error
-from protocol.messages.describe_user_scram_credentials_request import (
+from semel.broker.security import CLUSTER_NAME, AclOperation, ResourceType
+from semel.broker.security.scram import MECHANISMS
+from semel.protocol.errors import Error
+from semel.protocol.messages.describe_user_scram_credentials_request import (
     DescribeUserScramCredentialsRequest,
 )
-from protocol.messages.describe_user_scram_credentials_response import (
+from semel.protocol.messages.describe_user_scram_credentials_response import (
     CredentialInfo,
     DescribeUserScramCredentialsResponse,
     DescribeUserScramCredentialsResult,

@@ -11,12 +11,12 @@ Beyond Kafka, with the authorizer on: a producer id issued to another principal
 
 from __future__ import annotations
 
-from broker.handlers._authz import foreign_producer_id
-from broker.handlers._txn import fenced_for_old_clients, txn_coordinator
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.end_txn_request import EndTxnRequest
-from protocol.messages.end_txn_response import EndTxnResponse
+from semel.broker.handlers._authz import foreign_producer_id
+from semel.broker.handlers._txn import fenced_for_old_clients, txn_coordinator
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.end_txn_request import EndTxnRequest
+from semel.protocol.messages.end_txn_response import EndTxnResponse
 
 API_KEY = 26
 

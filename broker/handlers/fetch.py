@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 from uuid import UUID
 
-from broker.fetch_session import (
+from semel.broker.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     INVALID_SESSION_ID,
@@ -55,12 +55,12 @@ from broker.fetch_session import (
     next_epoch,
     sessions_of,
 )
-from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
-from broker.handlers._partitions import check_leader_epoch
-from broker.security import AclOperation
-from protocol.errors import Error, KafkaError
-from protocol.messages.fetch_request import FetchRequest
-from protocol.messages.fetch_response import (
+from semel.broker.handlers._authz import NOTHING, cluster_allows, denied_topics
+from semel.broker.handlers._partitions import check_leader_epoch
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.fetch_request import FetchRequest
+from semel.protocol.messages.fetch_response import (
     AbortedTransaction,
     FetchableTopicResponse,
     FetchResponse,

@@ -11,12 +11,12 @@ on success, as Kafka sends it). Errors come with node id -1, empty host and port
 
 from __future__ import annotations
 
-from broker.handlers._groups import coordinator
-from broker.handlers._txn import txn_coordinator
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.find_coordinator_request import FindCoordinatorRequest
-from protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
+from semel.broker.handlers._groups import coordinator
+from semel.broker.handlers._txn import txn_coordinator
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from semel.protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
 
 API_KEY = 10
 GROUP, TRANSACTION = 0, 1

@@ -8,15 +8,15 @@ one, as Kafka does; a non-zero one is echoed. PushTelemetry is not served (not a
 
 from __future__ import annotations
 
-from protocol.errors import Error
-from protocol.messages.get_telemetry_subscriptions_request import (
+from semel.protocol.errors import Error
+from semel.protocol.messages.get_telemetry_subscriptions_request import (
     GetTelemetrySubscriptionsRequest,
 )
-from protocol.messages.get_telemetry_subscriptions_response import (
+from semel.protocol.messages.get_telemetry_subscriptions_response import (
     GetTelemetrySubscriptionsResponse,
 )
-from protocol.primitives import ZERO_UUID
-from storage.log_manager import random_kafka_uuid
+from semel.protocol.primitives import ZERO_UUID
+from semel.storage.log_manager import random_kafka_uuid
 
 API_KEY = 71
 PUSH_INTERVAL_MS = 300_000  # Kafka's default interval for a client without a subscription

@@ -8,11 +8,11 @@ v3+: group_instance_id.
 
 from __future__ import annotations
 
-from broker.handlers._groups import coordinator, request_info
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.heartbeat_request import HeartbeatRequest
-from protocol.messages.heartbeat_response import HeartbeatResponse
+from semel.broker.handlers._groups import coordinator, request_info
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.heartbeat_request import HeartbeatRequest
+from semel.protocol.messages.heartbeat_response import HeartbeatResponse
 
 API_KEY = 12
 

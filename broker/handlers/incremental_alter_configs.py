@@ -14,8 +14,8 @@ answers for a static config); BROKER_LOGGER and other types -> INVALID_REQUEST.
 
 from __future__ import annotations
 
-from broker.handlers._authz import config_resource_error
-from broker.handlers._configs import (
+from semel.broker.handlers._authz import config_resource_error
+from semel.broker.handlers._configs import (
     AlterOp,
     ResourceType,
     alter_each,
@@ -26,13 +26,13 @@ from broker.handlers._configs import (
     refuse_broker_changes,
     replace_topic_overrides,
 )
-from broker.security import AclOperation
-from protocol.errors import Error, KafkaError
-from protocol.messages.incremental_alter_configs_request import (
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.incremental_alter_configs_request import (
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
-from protocol.messages.incremental_alter_configs_response import (
+from semel.protocol.messages.incremental_alter_configs_response import (
     AlterConfigsResourceResponse,
     IncrementalAlterConfigsResponse,
 )

@@ -27,12 +27,12 @@ use it (coordinator/producer_principal.py).
 
 from __future__ import annotations
 
-from broker.handlers._authz import cluster_allows
-from broker.handlers._txn import fenced_for_old_clients
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error, KafkaError
-from protocol.messages.init_producer_id_request import InitProducerIdRequest
-from protocol.messages.init_producer_id_response import InitProducerIdResponse
+from semel.broker.handlers._authz import cluster_allows
+from semel.broker.handlers._txn import fenced_for_old_clients
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.init_producer_id_request import InitProducerIdRequest
+from semel.protocol.messages.init_producer_id_response import InitProducerIdResponse
 
 API_KEY = 22
 NO_PRODUCER_ID = -1

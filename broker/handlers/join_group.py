@@ -11,11 +11,11 @@ v9: skip_assignment for a static leader rejoining a stable group.
 
 from __future__ import annotations
 
-from broker.handlers._groups import coordinator, request_info
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.join_group_request import JoinGroupRequest
-from protocol.messages.join_group_response import JoinGroupResponse
+from semel.broker.handlers._groups import coordinator, request_info
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.join_group_request import JoinGroupRequest
+from semel.protocol.messages.join_group_response import JoinGroupResponse
 
 API_KEY = 11
 

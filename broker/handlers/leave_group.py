@@ -7,11 +7,11 @@ for an administrative removal of a static member) with an error each. v5: reason
 
 from __future__ import annotations
 
-from broker.handlers._groups import coordinator, request_info
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.leave_group_request import LeaveGroupRequest, MemberIdentity
-from protocol.messages.leave_group_response import LeaveGroupResponse
+from semel.broker.handlers._groups import coordinator, request_info
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.leave_group_request import LeaveGroupRequest, MemberIdentity
+from semel.protocol.messages.leave_group_response import LeaveGroupResponse
 
 API_KEY = 13
 

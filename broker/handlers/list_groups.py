@@ -7,12 +7,12 @@ filter. COORDINATOR_LOAD_IN_PROGRESS while ``__consumer_offsets`` is still being
 
 from __future__ import annotations
 
-from broker.handlers._authz import cluster_allows, denied
-from broker.handlers._groups import coordinator
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.list_groups_request import ListGroupsRequest
-from protocol.messages.list_groups_response import ListGroupsResponse
+from semel.broker.handlers._authz import cluster_allows, denied
+from semel.broker.handlers._groups import coordinator
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.list_groups_request import ListGroupsRequest
+from semel.protocol.messages.list_groups_response import ListGroupsResponse
 
 API_KEY = 16
 

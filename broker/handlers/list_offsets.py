@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from broker.handlers._authz import denied_topics
-from broker.handlers._partitions import partition_log
-from broker.security import AclOperation
-from protocol.errors import Error, KafkaError
-from protocol.messages.list_offsets_request import ListOffsetsPartition, ListOffsetsRequest
-from protocol.messages.list_offsets_response import (
+from semel.broker.handlers._authz import denied_topics
+from semel.broker.handlers._partitions import partition_log
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.list_offsets_request import ListOffsetsPartition, ListOffsetsRequest
+from semel.protocol.messages.list_offsets_response import (
     ListOffsetsPartitionResponse,
     ListOffsetsResponse,
     ListOffsetsTopicResponse,

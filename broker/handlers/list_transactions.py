@@ -9,12 +9,12 @@ it does not compile). COORDINATOR_LOAD_IN_PROGRESS while ``__transaction_state``
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied
-from broker.handlers._txn import txn_coordinator
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.list_transactions_request import ListTransactionsRequest
-from protocol.messages.list_transactions_response import (
+from semel.broker.handlers._authz import denied
+from semel.broker.handlers._txn import txn_coordinator
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.list_transactions_request import ListTransactionsRequest
+from semel.protocol.messages.list_transactions_response import (
     ListTransactionsResponse,
     TransactionState,
 )

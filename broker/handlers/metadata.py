@@ -16,22 +16,22 @@ since a v10-11 response cannot carry a null name). v12+: an unknown id is UNKNOW
 
 from __future__ import annotations
 
-from broker.handlers._authz import (
+from semel.broker.handlers._authz import (
     NOTHING,
     authorized_operations,
     cluster_allows,
     denied_topics,
 )
-from broker.security import CLUSTER_NAME, AclOperation, ResourceType
-from protocol.errors import Error, KafkaError
-from protocol.messages.metadata_request import MetadataRequest
-from protocol.messages.metadata_response import (
+from semel.broker.security import CLUSTER_NAME, AclOperation, ResourceType
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.metadata_request import MetadataRequest
+from semel.protocol.messages.metadata_response import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from protocol.primitives import ZERO_UUID
+from semel.protocol.primitives import ZERO_UUID
 
 API_KEY = 3
 AUTHORIZED_OPERATIONS_VERSION = 8

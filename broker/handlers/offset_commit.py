@@ -12,12 +12,15 @@ for an unknown group.
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied_topics
-from broker.handlers._groups import coordinator, partition_exists, request_info
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.offset_commit_request import OffsetCommitRequest, OffsetCommitRequestTopic
-from protocol.messages.offset_commit_response import (
+from semel.broker.handlers._authz import denied_topics
+from semel.broker.handlers._groups import coordinator, partition_exists, request_info
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.offset_commit_request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestTopic,
+)
+from semel.protocol.messages.offset_commit_response import (
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,

@@ -8,12 +8,15 @@ group's members subscribe to the topic, UNKNOWN_TOPIC_OR_PARTITION for unknown p
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied_topics
-from broker.handlers._groups import coordinator, partition_exists
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.offset_delete_request import OffsetDeleteRequest, OffsetDeleteRequestTopic
-from protocol.messages.offset_delete_response import (
+from semel.broker.handlers._authz import denied_topics
+from semel.broker.handlers._groups import coordinator, partition_exists
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.offset_delete_request import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestTopic,
+)
+from semel.protocol.messages.offset_delete_response import (
     OffsetDeleteResponse,
     OffsetDeleteResponsePartition,
     OffsetDeleteResponseTopic,

@@ -11,16 +11,16 @@ while its partition loads).
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied_topics
-from broker.handlers._groups import coordinator
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.offset_fetch_request import (
+from semel.broker.handlers._authz import denied_topics
+from semel.broker.handlers._groups import coordinator
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.offset_fetch_request import (
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
     OffsetFetchRequestTopics,
 )
-from protocol.messages.offset_fetch_response import (
+from semel.protocol.messages.offset_fetch_response import (
     OffsetFetchResponse,
     OffsetFetchResponseGroup,
     OffsetFetchResponsePartition,

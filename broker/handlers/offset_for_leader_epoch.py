@@ -15,12 +15,12 @@ v3: replica_id. v4: flexible.
 
 from __future__ import annotations
 
-from broker.handlers._authz import NOTHING, cluster_allows, denied_topics
-from broker.handlers._partitions import partition_log
-from broker.security import AclOperation
-from protocol.errors import Error, KafkaError
-from protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
-from protocol.messages.offset_for_leader_epoch_response import (
+from semel.broker.handlers._authz import NOTHING, cluster_allows, denied_topics
+from semel.broker.handlers._partitions import partition_log
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from semel.protocol.messages.offset_for_leader_epoch_response import (
     EpochEndOffset,
     OffsetForLeaderEpochResponse,
     OffsetForLeaderTopicResult,

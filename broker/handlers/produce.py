@@ -64,27 +64,27 @@ from __future__ import annotations
 import asyncio
 import weakref
 
-from broker.handlers._authz import (
+from semel.broker.handlers._authz import (
     NOTHING,
     cluster_allows,
     denied_topics,
     foreign_producer_id,
     foreign_producer_message,
 )
-from broker.handlers._txn import txn_coordinator, verification_error
-from broker.handlers.metadata import INTERNAL_TOPICS
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error, KafkaError
-from protocol.messages.produce_request import ProduceRequest
-from protocol.messages.produce_response import (
+from semel.broker.handlers._txn import txn_coordinator, verification_error
+from semel.broker.handlers.metadata import INTERNAL_TOPICS
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.produce_request import ProduceRequest
+from semel.protocol.messages.produce_response import (
     BatchIndexAndErrorMessage,
     PartitionProduceResponse,
     ProduceResponse,
     TopicProduceResponse,
 )
-from protocol.records import HEADER_SIZE, MAGIC, BatchHeader
-from storage.partition_log import RecordValidationError
-from storage.topic_partition import TopicPartition
+from semel.protocol.records import HEADER_SIZE, MAGIC, BatchHeader
+from semel.storage.partition_log import RecordValidationError
+from semel.storage.topic_partition import TopicPartition
 
 API_KEY = 0
 GENERIC_ERRORS_VERSION = 11  # TRANSACTION_ABORTABLE understood (KIP-890 part 1)
@@ -456,7 +456,7 @@ def _whole_request_error(req: ProduceRequest, code: Error) -> ProduceResponse:
 
 def _close_connection(reason: str) -> None:
     """acks=0 and something failed: Kafka closes the connection instead of answering."""
-    from broker.dispatch import CloseConnection  # here: broker.dispatch imports the handlers
+    from semel.broker.dispatch import CloseConnection  # here: broker.dispatch imports the handlers
 
     raise CloseConnection(f"produce with acks=0 failed: {reason}", "acks0_produce_failed")
 

@@ -10,9 +10,9 @@ v2: flexible.
 
 from __future__ import annotations
 
-from protocol.errors import Error
-from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
-from protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
+from semel.protocol.errors import Error
+from semel.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+from semel.protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
 
 API_KEY = 36
 

@@ -11,9 +11,9 @@ during authentication fails it: the connection is closed after the answer.
 
 from __future__ import annotations
 
-from protocol.errors import Error
-from protocol.messages.sasl_handshake_request import SaslHandshakeRequest
-from protocol.messages.sasl_handshake_response import SaslHandshakeResponse
+from semel.protocol.errors import Error
+from semel.protocol.messages.sasl_handshake_request import SaslHandshakeRequest
+from semel.protocol.messages.sasl_handshake_response import SaslHandshakeResponse
 
 API_KEY = 17
 REAUTH_MIN_INTERVAL_MS = 1000

@@ -8,11 +8,11 @@ until then. v3+: group_instance_id. v5+: protocol_type and protocol_name are man
 
 from __future__ import annotations
 
-from broker.handlers._groups import coordinator, request_info
-from broker.security import AclOperation, ResourceType
-from protocol.errors import Error
-from protocol.messages.sync_group_request import SyncGroupRequest
-from protocol.messages.sync_group_response import SyncGroupResponse
+from semel.broker.handlers._groups import coordinator, request_info
+from semel.broker.security import AclOperation, ResourceType
+from semel.protocol.errors import Error
+from semel.protocol.messages.sync_group_request import SyncGroupRequest
+from semel.protocol.messages.sync_group_response import SyncGroupResponse
 
 API_KEY = 14
 

@@ -21,22 +21,22 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED, before the group coordinator is asked.
 
 from __future__ import annotations
 
-from broker.handlers._authz import denied_topics, foreign_producer_id
-from broker.handlers._groups import coordinator, partition_exists, request_info
-from broker.handlers._txn import txn_coordinator, verification_error
-from broker.security import AclOperation, ResourceType
-from coordinator.group.group_manager import append_error_to_response_error
-from protocol.errors import Error
-from protocol.messages.txn_offset_commit_request import (
+from semel.broker.handlers._authz import denied_topics, foreign_producer_id
+from semel.broker.handlers._groups import coordinator, partition_exists, request_info
+from semel.broker.handlers._txn import txn_coordinator, verification_error
+from semel.broker.security import AclOperation, ResourceType
+from semel.coordinator.group.group_manager import append_error_to_response_error
+from semel.protocol.errors import Error
+from semel.protocol.messages.txn_offset_commit_request import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitRequestTopic,
 )
-from protocol.messages.txn_offset_commit_response import (
+from semel.protocol.messages.txn_offset_commit_response import (
     TxnOffsetCommitResponse,
     TxnOffsetCommitResponsePartition,
     TxnOffsetCommitResponseTopic,
 )
-from storage.topic_partition import TopicPartition
+from semel.storage.topic_partition import TopicPartition
 
 API_KEY = 28
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"

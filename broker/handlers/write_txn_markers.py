@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.handlers._authz import cluster_allows
-from broker.security import AclOperation
-from protocol.errors import Error
-from protocol.messages.write_txn_markers_request import WritableTxnMarker, WriteTxnMarkersRequest
-from protocol.messages.write_txn_markers_response import (
+from semel.broker.handlers._authz import cluster_allows
+from semel.broker.security import AclOperation
+from semel.protocol.errors import Error
+from semel.protocol.messages.write_txn_markers_request import (
+    WritableTxnMarker,
+    WriteTxnMarkersRequest,
+)
+from semel.protocol.messages.write_txn_markers_response import (
     WritableTxnMarkerPartitionResult,
     WritableTxnMarkerResult,
     WritableTxnMarkerTopicResult,
     WriteTxnMarkersResponse,
 )
-from storage.topic_partition import TopicPartition
+from semel.storage.topic_partition import TopicPartition
 
 API_KEY = 27
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import NamedTuple, TypeVar
 
-from broker.security import (
+from semel.broker.security import (
     CLUSTER_NAME,
     WILDCARD,
     AclOperation,
@@ -25,7 +25,7 @@ from broker.security import (
     PatternType,
     ResourceType,
 )
-from protocol.errors import Error, KafkaError
+from semel.protocol.errors import Error, KafkaError
 
 WILDCARD_PRINCIPAL = "User:*"  # the principal an ACL names to apply to everyone
 

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import msgspec
 
-from broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
-from broker.security.acl import AclBinding, validate_new_acl
-from protocol.errors import KafkaError
-from storage.fs import MetadataFileError, RealFileSystem
+from semel.broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
+from semel.broker.security.acl import AclBinding, validate_new_acl
+from semel.protocol.errors import KafkaError
+from semel.storage.fs import MetadataFileError, RealFileSystem
 
 ACLS_FILE = "__semel_acls.json"
 VERSION = 1

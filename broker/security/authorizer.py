@@ -31,7 +31,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from broker.security import (
+from semel.broker.security import (
     WILDCARD,
     AclOperation,
     AclPermissionType,
@@ -39,15 +39,15 @@ from broker.security import (
     Principal,
     ResourceType,
 )
-from broker.security.acl import (
+from semel.broker.security.acl import (
     RESOURCE_TYPE_NAMES,
     WILDCARD_PRINCIPAL,
     AclBinding,
     AclBindingFilter,
     validate_new_acl,
 )
-from broker.security.acl_store import AclStore
-from protocol.errors import Error, KafkaError
+from semel.broker.security.acl_store import AclStore
+from semel.protocol.errors import Error, KafkaError
 
 log = logging.getLogger("broker.security.authorizer")
 

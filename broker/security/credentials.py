@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from broker.security.scram import (
+from semel.broker.security.scram import (
     DEFAULT_ITERATIONS,
     MAX_ITERATIONS,
     MECHANISMS,
@@ -32,7 +32,7 @@ from broker.security.scram import (
     credential_from_salted_password,
     make_credential,
 )
-from storage.fs import MetadataFileError, RealFileSystem
+from semel.storage.fs import MetadataFileError, RealFileSystem
 
 CREDENTIALS_FILE = "__semel_scram_credentials.json"
 VERSION = 1

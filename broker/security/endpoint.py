@@ -13,16 +13,16 @@ from __future__ import annotations
 import ssl
 from typing import TYPE_CHECKING
 
-from broker.security import ANONYMOUS
-from broker.security.plain import parse_plain_jaas
-from broker.security.sasl import PLAIN, SaslServer
-from broker.security.session import Session
-from broker.security.ssl_principal import principal_from_certificate
-from broker.security.tls import build_server_context
+from semel.broker.security import ANONYMOUS
+from semel.broker.security.plain import parse_plain_jaas
+from semel.broker.security.sasl import PLAIN, SaslServer
+from semel.broker.security.session import Session
+from semel.broker.security.ssl_principal import principal_from_certificate
+from semel.broker.security.tls import build_server_context
 
 if TYPE_CHECKING:
-    from broker.security.credentials import ScramCredentialStore
-    from broker.security.listeners import ListenerSecurity
+    from semel.broker.security.credentials import ScramCredentialStore
+    from semel.broker.security.listeners import ListenerSecurity
 
 
 class AuthenticationRefused(Exception):

@@ -22,8 +22,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
-from broker.security import Principal
-from broker.security.ssl_principal import SslPrincipalMapper
+from semel.broker.security import Principal
+from semel.broker.security.ssl_principal import SslPrincipalMapper
 
 __all__ = [
     "JAAS_SUFFIX",
@@ -474,7 +474,7 @@ def check_listener(sec: ListenerSecurity) -> None:
                     f"{prefix}plain.sasl.jaas.config is required: listener {sec.name} enables "
                     'PLAIN (PlainLoginModule required user_NAME="password" ...;)'
                 )
-            from broker.security.plain import parse_plain_jaas
+            from semel.broker.security.plain import parse_plain_jaas
 
             try:
                 parse_plain_jaas(jaas.value)

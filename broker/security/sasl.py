@@ -26,17 +26,17 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from broker.security import Principal
-from broker.security.plain import PlainAuthenticationError, PlainServer
-from broker.security.scram import (
+from semel.broker.security import Principal
+from semel.broker.security.plain import PlainAuthenticationError, PlainServer
+from semel.broker.security.scram import (
     MECHANISMS as SCRAM_MECHANISMS,
 )
-from broker.security.scram import (
+from semel.broker.security.scram import (
     ScramAuthenticationError,
     ScramCredential,
     ScramServer,
 )
-from protocol.errors import Error
+from semel.protocol.errors import Error
 
 PLAIN = "PLAIN"
 SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)

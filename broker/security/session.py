@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.security import ANONYMOUS, AclOperation, Principal, ResourceType
+from semel.broker.security import ANONYMOUS, AclOperation, Principal, ResourceType
 
 if TYPE_CHECKING:
-    from broker.security.authorizer import Authorizer, AuthorizerCache
-    from broker.security.sasl import SaslServer
+    from semel.broker.security.authorizer import Authorizer, AuthorizerCache
+    from semel.broker.security.sasl import SaslServer
 
 # requests a SASL connection may send before it has authenticated (Kafka's
 # SaslServerAuthenticator): ApiVersions and SaslHandshake, then SaslAuthenticate

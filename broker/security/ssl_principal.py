@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from broker.security import ANONYMOUS, Principal
+from semel.broker.security import ANONYMOUS, Principal
 
 __all__ = [
     "DEFAULT_RULES",

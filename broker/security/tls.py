@@ -44,9 +44,9 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from broker.config import ConfigError
-from broker.security.listeners import ListenerSecurity, SslSettings
-from broker.security.ssl_principal import (
+from semel.broker.config import ConfigError
+from semel.broker.security.listeners import ListenerSecurity, SslSettings
+from semel.broker.security.ssl_principal import (
     NoMatchingRule,
     SslPrincipalMapper,
     distinguished_name,

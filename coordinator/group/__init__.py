@@ -5,8 +5,8 @@
 broker's event loop and persists through the storage layer.
 """
 
-from coordinator.group.config import GroupConfig
-from coordinator.group.coordinator import GROUP_METADATA_TOPIC_NAME, GroupCoordinator
-from coordinator.group.group_manager import RequestInfo
+from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.group.coordinator import GROUP_METADATA_TOPIC_NAME, GroupCoordinator
+from semel.coordinator.group.group_manager import RequestInfo
 
 __all__ = ["GROUP_METADATA_TOPIC_NAME", "GroupConfig", "GroupCoordinator", "RequestInfo"]

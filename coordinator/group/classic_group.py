@@ -21,10 +21,10 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
-from protocol.errors import Error, KafkaError, ProtocolError
-from protocol.messages.join_group_response import JoinGroupResponse
-from protocol.messages.sync_group_response import SyncGroupResponse
+from semel.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
+from semel.protocol.errors import Error, KafkaError, ProtocolError
+from semel.protocol.messages.join_group_response import JoinGroupResponse
+from semel.protocol.messages.sync_group_response import SyncGroupResponse
 
 log = logging.getLogger("coordinator.group")
 

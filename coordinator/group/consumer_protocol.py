@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import struct
 
-from protocol.errors import ProtocolError
-from protocol.primitives import decode_guarded, read_array_len, read_string
+from semel.protocol.errors import ProtocolError
+from semel.protocol.primitives import decode_guarded, read_array_len, read_string
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 _I16 = struct.Struct(">h")

@@ -28,13 +28,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.group.config import GroupConfig
-from coordinator.group.group_manager import RequestInfo, append_error_to_response_error
-from coordinator.group.records import UnknownRecordType, decode_record, encode_record
-from coordinator.group.shard import GroupCoordinatorShard, PendingWrite
-from protocol.errors import Error, KafkaError, ProtocolError
-from protocol.records import ControlType, build_batch, build_control_batch, iter_records
-from protocol.records import parse_control_record as parse_control
+from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.group.group_manager import RequestInfo, append_error_to_response_error
+from semel.coordinator.group.records import UnknownRecordType, decode_record, encode_record
+from semel.coordinator.group.shard import GroupCoordinatorShard, PendingWrite
+from semel.protocol.errors import Error, KafkaError, ProtocolError
+from semel.protocol.records import ControlType, build_batch, build_control_batch, iter_records
+from semel.protocol.records import parse_control_record as parse_control
 
 log = logging.getLogger("coordinator.group")
 

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coordinator.group.classic_group import (
+from semel.coordinator.group.classic_group import (
     COMPLETING_REBALANCE,
     DEAD,
     EMPTY,
@@ -37,24 +37,24 @@ from coordinator.group.classic_group import (
     ClassicGroupMember,
     Respond,
 )
-from coordinator.group.config import GroupConfig
-from coordinator.group.records import (
+from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.group.records import (
     CoordinatorRecord,
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
 )
-from coordinator.group.timer import Timer
-from protocol.errors import Error, KafkaError
-from protocol.messages.describe_groups_response import DescribedGroup, DescribedGroupMember
-from protocol.messages.heartbeat_request import HeartbeatRequest
-from protocol.messages.join_group_request import JoinGroupRequest
-from protocol.messages.join_group_response import JoinGroupResponse, JoinGroupResponseMember
-from protocol.messages.leave_group_request import LeaveGroupRequest
-from protocol.messages.leave_group_response import LeaveGroupResponse, MemberResponse
-from protocol.messages.list_groups_response import ListedGroup
-from protocol.messages.sync_group_request import SyncGroupRequest
-from protocol.messages.sync_group_response import SyncGroupResponse
+from semel.coordinator.group.timer import Timer
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.describe_groups_response import DescribedGroup, DescribedGroupMember
+from semel.protocol.messages.heartbeat_request import HeartbeatRequest
+from semel.protocol.messages.join_group_request import JoinGroupRequest
+from semel.protocol.messages.join_group_response import JoinGroupResponse, JoinGroupResponseMember
+from semel.protocol.messages.leave_group_request import LeaveGroupRequest
+from semel.protocol.messages.leave_group_response import LeaveGroupResponse, MemberResponse
+from semel.protocol.messages.list_groups_response import ListedGroup
+from semel.protocol.messages.sync_group_request import SyncGroupRequest
+from semel.protocol.messages.sync_group_response import SyncGroupResponse
 
 log = logging.getLogger("coordinator.group")
 

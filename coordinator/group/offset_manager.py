@@ -14,35 +14,35 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from coordinator.group.classic_group import DEAD, PREPARING_REBALANCE, STABLE
-from coordinator.group.config import GroupConfig
-from coordinator.group.group_manager import (
+from semel.coordinator.group.classic_group import DEAD, PREPARING_REBALANCE, STABLE
+from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.group.group_manager import (
     GroupMetadataManager,
     RequestInfo,
     append_error_to_response_error,
 )
-from coordinator.group.offsets import OffsetAndMetadata, OffsetStore
-from coordinator.group.records import CoordinatorRecord, OffsetCommitKey, OffsetCommitValue
-from protocol.errors import Error, KafkaError
-from protocol.messages.offset_commit_request import OffsetCommitRequest
-from protocol.messages.offset_commit_response import (
+from semel.coordinator.group.offsets import OffsetAndMetadata, OffsetStore
+from semel.coordinator.group.records import CoordinatorRecord, OffsetCommitKey, OffsetCommitValue
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.offset_commit_request import OffsetCommitRequest
+from semel.protocol.messages.offset_commit_response import (
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
 )
-from protocol.messages.offset_delete_request import OffsetDeleteRequest
-from protocol.messages.offset_delete_response import (
+from semel.protocol.messages.offset_delete_request import OffsetDeleteRequest
+from semel.protocol.messages.offset_delete_response import (
     OffsetDeleteResponse,
     OffsetDeleteResponsePartition,
     OffsetDeleteResponseTopic,
 )
-from protocol.messages.offset_fetch_request import OffsetFetchRequestGroup
-from protocol.messages.offset_fetch_response import (
+from semel.protocol.messages.offset_fetch_request import OffsetFetchRequestGroup
+from semel.protocol.messages.offset_fetch_response import (
     OffsetFetchResponseGroup,
     OffsetFetchResponsePartitions,
     OffsetFetchResponseTopics,
 )
-from protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
-from protocol.messages.txn_offset_commit_response import (
+from semel.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from semel.protocol.messages.txn_offset_commit_response import (
     TxnOffsetCommitResponsePartition,
     TxnOffsetCommitResponseTopic,
 )

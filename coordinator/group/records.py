@@ -27,8 +27,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from protocol.errors import ProtocolError
-from protocol.primitives import (
+from semel.protocol.errors import ProtocolError
+from semel.protocol.primitives import (
     decode_guarded,
     read_array_len,
     read_bytes,

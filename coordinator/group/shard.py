@@ -17,21 +17,21 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from coordinator.group.config import GroupConfig
-from coordinator.group.group_manager import (
+from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.group.group_manager import (
     GroupMetadataManager,
     WriteDone,
     append_error_to_response_error,
 )
-from coordinator.group.offset_manager import OffsetMetadataManager
-from coordinator.group.records import (
+from semel.coordinator.group.offset_manager import OffsetMetadataManager
+from semel.coordinator.group.records import (
     CoordinatorRecord,
     GroupMetadataKey,
     OffsetCommitKey,
 )
-from coordinator.group.timer import Timer
-from protocol.errors import Error, KafkaError
-from protocol.messages.delete_groups_response import DeletableGroupResult
+from semel.coordinator.group.timer import Timer
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.messages.delete_groups_response import DeletableGroupResult
 
 log = logging.getLogger("coordinator.group")
 

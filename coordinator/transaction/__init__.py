@@ -5,16 +5,16 @@
 shell on the broker's event loop: persistence, markers, timeouts, expiration, loading).
 """
 
-from coordinator.transaction.config import TxnConfig
-from coordinator.transaction.coordinator import (
+from semel.coordinator.transaction.config import TxnConfig
+from semel.coordinator.transaction.coordinator import (
     TransactionCoordinator,
     TxnDescription,
     TxnListing,
     TxnResult,
 )
-from coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
-from coordinator.transaction.markers import LogMarkerWriter
-from coordinator.transaction.state import TransactionState
+from semel.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
+from semel.coordinator.transaction.markers import LogMarkerWriter
+from semel.coordinator.transaction.state import TransactionState
 
 __all__ = ["TRANSACTION_STATE_TOPIC_NAME", "LogMarkerWriter", "TransactionCoordinator",
            "TransactionState", "TxnConfig", "TxnDescription", "TxnListing", "TxnResult"]

@@ -54,11 +54,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from coordinator.group.shard import partition_for
-from coordinator.transaction import core
-from coordinator.transaction.config import TxnConfig
-from coordinator.transaction.core import Decision
-from coordinator.transaction.log import (
+from semel.coordinator.group.shard import partition_for
+from semel.coordinator.transaction import core
+from semel.coordinator.transaction.config import TxnConfig
+from semel.coordinator.transaction.core import Decision
+from semel.coordinator.transaction.log import (
     TRANSACTION_STATE_TOPIC_NAME,
     UnknownKeyVersion,
     UnknownValueVersion,
@@ -70,7 +70,7 @@ from coordinator.transaction.log import (
     value_from_transit,
     value_version_for,
 )
-from coordinator.transaction.metadata import (
+from semel.coordinator.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TV_0,
@@ -79,10 +79,10 @@ from coordinator.transaction.metadata import (
     TxnTransit,
     supports_epoch_bump,
 )
-from coordinator.transaction.state import TransactionState
-from protocol.errors import Error, KafkaError, ProtocolError
-from protocol.records import build_batch, iter_records
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.state import TransactionState
+from semel.protocol.errors import Error, KafkaError, ProtocolError
+from semel.protocol.records import build_batch, iter_records
+from semel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger("coordinator.transaction")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from coordinator.transaction.metadata import (
+from semel.coordinator.transaction.metadata import (
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -29,9 +29,9 @@ from coordinator.transaction.metadata import (
     is_epoch_exhausted,
     supports_epoch_bump,
 )
-from coordinator.transaction.state import TransactionState
-from protocol.errors import Error, KafkaError
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.state import TransactionState
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.topic_partition import TopicPartition
 
 S = TransactionState
 NewProducerId = Callable[[], int]

@@ -38,16 +38,16 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from coordinator.transaction.metadata import (
+from semel.coordinator.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TV_0,
     TxnMetadata,
     TxnTransit,
 )
-from coordinator.transaction.state import TransactionState
-from protocol.errors import ProtocolError
-from protocol.primitives import (
+from semel.coordinator.transaction.state import TransactionState
+from semel.protocol.errors import ProtocolError
+from semel.protocol.primitives import (
     INT16,
     INT32,
     check_end,
@@ -64,7 +64,7 @@ from protocol.primitives import (
     write_tagged_fields,
     write_uvarint,
 )
-from storage.topic_partition import TopicPartition
+from semel.storage.topic_partition import TopicPartition
 
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
 KEY_VERSION = 0

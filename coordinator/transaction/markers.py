@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from protocol.errors import Error, KafkaError
-from protocol.records import build_control_batch
-from storage.topic_partition import TopicPartition
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.records import build_control_batch
+from semel.storage.topic_partition import TopicPartition
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 _NOT_READY = dict.fromkeys((Error.COORDINATOR_NOT_AVAILABLE, Error.COORDINATOR_LOAD_IN_PROGRESS,

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from coordinator.transaction.state import TransactionState
-from protocol.errors import Error, KafkaError
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.state import TransactionState
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.topic_partition import TopicPartition
 
 S = TransactionState
 

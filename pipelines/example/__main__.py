@@ -1,5 +1,5 @@
-"""``python -m pipelines.example``: see ``pipelines.example.cli``."""
+"""``python -m semel.pipelines.example``: see ``pipelines.example.cli``."""
 
-from pipelines.example.cli import main
+from semel.pipelines.example.cli import main
 
 raise SystemExit(main())

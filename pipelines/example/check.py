@@ -15,7 +15,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 
-from pipelines.example.orders import (
+from semel.pipelines.example.orders import (
     CUSTOMERS,
     UNKNOWN_REGION,
     WATERMARK_DELAY_MS,

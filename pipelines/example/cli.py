@@ -1,12 +1,12 @@
-"""``python -m pipelines.example``: run the example job against a Kafka cluster, or (``--demo``)
+"""``python -m semel.pipelines.example``: run the example job against a Kafka cluster, or (``--demo``)
 run it end to end against a fresh semel and check its output (``make pipeline``).
 
-    python -m pipelines.example --bootstrap-servers HOST:PORT --checkpoint DIR
+    python -m semel.pipelines.example --bootstrap-servers HOST:PORT --checkpoint DIR
         [--input orders] [--output orders-enriched] [--totals-output orders-by-region]
         [--no-totals] [--trigger available-now | --trigger processing-time SEC]
         [--starting-offsets earliest|latest] [--max-offsets-per-trigger N]
         [--customers PATH] [--kafka-option KEY=VALUE ...] [--master URL]
-    python -m pipelines.example --demo [--orders N] [--bootstrap-servers HOST:PORT]
+    python -m semel.pipelines.example --demo [--orders N] [--bootstrap-servers HOST:PORT]
 
 Under ``spark-submit`` (which can run ``pipelines/example/job.py``) the master is
 spark-submit's; ``--master`` is for running the module directly (default: local).
@@ -28,7 +28,7 @@ TRIGGERS = ("available-now", "processing-time")
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pipelines.example",
+        prog="python -m semel.pipelines.example",
         description="Orders enriched from a customers table and per-region totals per minute, "
                     "read from and written to Kafka exactly once (semel's Spark connector).")
     p.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]",
@@ -90,7 +90,7 @@ def spark_session(master: str | None, app_name: str, scratch: Path | None = None
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from pipelines.spark import KafkaDataSource
+    from semel.pipelines.spark import KafkaDataSource
 
     builder = (SparkSession.builder.appName(app_name)
                .config("spark.ui.showConsoleProgress", "false"))
@@ -125,11 +125,15 @@ def spark_session(master: str | None, app_name: str, scratch: Path | None = None
 def _share_python_path(context) -> None:
     """Spark (4.3) starts the Python processes that plan a Python data source's reads, on the
     driver, without spark-submit's ``--py-files``: add where this driver imported
-    ``pipelines`` from (that zip, or a source tree) to the PYTHONPATH Spark gives its Python
-    workers. Executors get ``--py-files`` as usual; a path they lack is ignored."""
-    import pipelines
+    ``semel.pipelines`` from (that zip, whose top folder is ``semel``) to the PYTHONPATH
+    Spark gives its Python workers. Executors get ``--py-files`` as usual; a path they lack
+    is ignored. An installed semel (or a source tree's editable install) needs nothing."""
+    from semel import pipelines
 
-    root = str(Path(pipelines.__file__).parents[1])
+    package_dir = Path(pipelines.__file__).parents[1]
+    if package_dir.name != "semel":  # installed from a source tree: workers import it too
+        return
+    root = str(package_dir.parent)
     paths = [p for p in context.environment.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:
         context.environment["PYTHONPATH"] = os.pathsep.join([*paths, root])
@@ -159,7 +163,7 @@ def _kafka_options(p: argparse.ArgumentParser, pairs: list[str]) -> dict[str, st
 
 
 def _job(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
-    from pipelines.example import job
+    from semel.pipelines.example import job
 
     if not args.bootstrap_servers or not args.checkpoint:
         p.error("--bootstrap-servers and --checkpoint are required (or --demo)")
@@ -182,7 +186,7 @@ def _job(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from pipelines.example.demo import Semel, run_demo
+    from semel.pipelines.example.demo import Semel, run_demo
 
     if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
         print("pipeline: Spark needs Java 17 or later (java on PATH, or JAVA_HOME), e.g. "

@@ -31,8 +31,8 @@ from typing import Self
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipelines.example import check, job
-from pipelines.example.orders import Order, Transaction, generate
+from semel.pipelines.example import check, job
+from semel.pipelines.example.orders import Order, Transaction, generate
 
 READY = re.compile(r"ready on (\S+):(\d+)")
 TIMEOUT_S = 60.0
@@ -50,7 +50,7 @@ class Semel:
 
     def start(self) -> Self:
         script = Path(sys.executable).with_name("semel")  # the installed CLI, else the module
-        command = [str(script)] if script.exists() else [sys.executable, "-m", "broker"]
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "semel.broker"]
         self.proc = subprocess.Popen(
             command + ["serve", "--host", "127.0.0.1", "--port", "0",
                        "--data-dir", str(self.data_dir)],

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from pipelines.example.orders import CUSTOMERS, UNKNOWN_REGION, WATERMARK_DELAY_MS, WINDOW_MS
+from semel.pipelines.example.orders import CUSTOMERS, UNKNOWN_REGION, WATERMARK_DELAY_MS, WINDOW_MS
 
 ORDER_SCHEMA = ("order_id STRING, customer_id STRING, seq BIGINT, amount_cents BIGINT, "
                 "event_time STRING")
@@ -166,6 +166,6 @@ def run(spark: SparkSession, config: JobConfig,
 
 
 if __name__ == "__main__":  # spark-submit pipelines/example/job.py ...
-    from pipelines.example.cli import main
+    from semel.pipelines.example.cli import main
 
     raise SystemExit(main())

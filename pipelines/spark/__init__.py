@@ -1,6 +1,6 @@
 """A PySpark Kafka source and exactly-once sink on PySpark's Python Data Source API.
 
-    from pipelines.spark import register
+    from semel.pipelines.spark import register
     register(spark)                          # once per SparkSession
     df = (spark.readStream.format("semel")
           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from pipelines.spark.datasource import KafkaDataSource
+from semel.pipelines.spark.datasource import KafkaDataSource
 
 __all__ = ["KafkaDataSource", "register"]
 
@@ -29,7 +29,7 @@ def register(spark) -> None:
     cluster (``--py-files``)."""
     spark.dataSource.register(KafkaDataSource)
     try:
-        from pipelines.spark.datadir import DataDirDataSource
+        from semel.pipelines.spark.datadir import DataDirDataSource
     except ImportError as e:
         logging.getLogger("semel.spark").info("format('semel-log') not registered: %s", e)
         return

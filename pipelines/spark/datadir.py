@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from pipelines.spark.options import OptionError, _bool, _lower
-from pipelines.spark.schema import RecordColumns, source_schema
-from protocol.records import (
+from semel.pipelines.spark.options import OptionError, _bool, _lower
+from semel.pipelines.spark.schema import RecordColumns, source_schema
+from semel.protocol.records import (
     BatchHeader,
     ControlType,
     CorruptRecordError,
@@ -56,14 +56,14 @@ from protocol.records import (
     iter_batches,
     iter_records,
 )
-from storage.checkpoint import read_offset_checkpoint
-from storage.fs import RealFileSystem
-from storage.log_manager import LOCK_FILE, LOG_START_OFFSET_CHECKPOINT
-from storage.offset_index import CorruptIndexError
-from storage.partition_log import parse_partition_dir_name
-from storage.segment import LOG_SUFFIX, TXN_INDEX_SUFFIX, parse_segment_file_name
-from storage.topic_partition import TopicPartition
-from storage.transaction_index import AbortedTxn, decode_entries
+from semel.storage.checkpoint import read_offset_checkpoint
+from semel.storage.fs import RealFileSystem
+from semel.storage.log_manager import LOCK_FILE, LOG_START_OFFSET_CHECKPOINT
+from semel.storage.offset_index import CorruptIndexError
+from semel.storage.partition_log import parse_partition_dir_name
+from semel.storage.segment import LOG_SUFFIX, TXN_INDEX_SUFFIX, parse_segment_file_name
+from semel.storage.topic_partition import TopicPartition
+from semel.storage.transaction_index import AbortedTxn, decode_entries
 
 log = logging.getLogger("pipelines.spark.datadir")
 

@@ -14,10 +14,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pipelines.spark.options import SourceOptions, sink_options, source_options
-from pipelines.spark.schema import source_schema
-from pipelines.spark.sink import KafkaBatchWriter, KafkaStreamWriter, check_input_schema
-from pipelines.spark.source import KafkaRange, StreamPlanner, plan_batch, read_range
+from semel.pipelines.spark.options import SourceOptions, sink_options, source_options
+from semel.pipelines.spark.schema import source_schema
+from semel.pipelines.spark.sink import KafkaBatchWriter, KafkaStreamWriter, check_input_schema
+from semel.pipelines.spark.source import KafkaRange, StreamPlanner, plan_batch, read_range
 
 NAME = "semel"
 

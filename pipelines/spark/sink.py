@@ -58,10 +58,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from pipelines.spark.options import OptionError, SinkOptions, stream_prefix
+from semel.pipelines.spark.options import OptionError, SinkOptions, stream_prefix
 
 if TYPE_CHECKING:
-    from pipelines.twophase import TwoPhaseCommitClient
+    from semel.pipelines.twophase import TwoPhaseCommitClient
 
 log = logging.getLogger("semel.spark.sink")
 
@@ -99,7 +99,7 @@ def two_phase_client(options: SinkOptions, timeout_s: float = TXN_TIMEOUT_S):
     librdkafka ``ssl.*`` settings); None where it cannot speak the listener's protocol
     (SASL), or semel's codecs are not installed."""
     try:
-        from pipelines.twophase import TwoPhaseCommitClient
+        from semel.pipelines.twophase import TwoPhaseCommitClient
     except ImportError:
         return None
     client = options.client
@@ -312,7 +312,7 @@ class TaskWriter:
                 return
         finally:
             decided.close()
-        from pipelines.twophase import TWO_PHASE_TXN_TIMEOUT_MS
+        from semel.pipelines.twophase import TWO_PHASE_TXN_TIMEOUT_MS
 
         state = twopc.describe(name)
         if state.state != "Ongoing" or state.transaction_timeout_ms != TWO_PHASE_TXN_TIMEOUT_MS:
@@ -449,7 +449,7 @@ def choose_two_phase_commit(options: SinkOptions) -> bool:
     client = two_phase_client(options, timeout_s=15.0)
     reason = "semel's protocol codecs are missing or the listener is SASL"
     if client is not None:
-        from pipelines.twophase import NoOngoingTransaction, TwoPhaseCommitError
+        from semel.pipelines.twophase import NoOngoingTransaction, TwoPhaseCommitError
 
         probe = f"{options.transactional_id_prefix or 'semel-spark'}-2pc-probe"
         try:
@@ -487,7 +487,7 @@ def complete_batch(options: SinkOptions, batch_id: int, messages: list) -> None:
                                 for t in topics], asynchronous=False)
     finally:
         decided.close()
-    from pipelines.twophase import Outcome, PreparedTxn
+    from semel.pipelines.twophase import Outcome, PreparedTxn
 
     failed = []
     client = two_phase_client(options)
@@ -557,7 +557,7 @@ def abort_batch(options: SinkOptions, batch_id: int, messages: list) -> None:
     """A failed two-phase micro-batch: abort the transactions its tasks prepared (those
     that did not get that far were aborted by the task or are by its next attempt)."""
     results = [m for m in messages if isinstance(m, TaskResult) and m.prepared is not None]
-    from pipelines.twophase import PreparedTxn, TwoPhaseCommitError
+    from semel.pipelines.twophase import PreparedTxn, TwoPhaseCommitError
 
     client = two_phase_client(options) if results else None
     try:

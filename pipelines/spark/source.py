@@ -27,9 +27,9 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.datasource import InputPartition
 
-from pipelines.spark.options import EARLIEST, LATEST, SourceOptions
-from pipelines.spark.options import OffsetSpec as Offsets
-from pipelines.spark.schema import RecordColumns
+from semel.pipelines.spark.options import EARLIEST, LATEST, SourceOptions
+from semel.pipelines.spark.options import OffsetSpec as Offsets
+from semel.pipelines.spark.schema import RecordColumns
 
 TopicPartitionKey = tuple[str, int]
 

@@ -1,4 +1,4 @@
-"""``python -m protocol.codegen [--out DIR]``: regenerate ``protocol/messages/``.
+"""``python -m semel.protocol.codegen [--out DIR]``: regenerate ``protocol/messages/``.
 
 Reads the pinned spec sources (see ``protocol.codegen.specs``) and writes one module per
 request and response listed in ``protocol.api.APIS``, for exactly the versions in that table.
@@ -10,11 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from protocol.api import APIS, snake
-from protocol.codegen.generator import Emitter, MessageModel
-from protocol.codegen.specs import REPO_ROOT, SpecSource, SpecSourceMissing
+from semel.protocol.api import APIS, snake
+from semel.protocol.codegen.generator import Emitter, MessageModel
+from semel.protocol.codegen.specs import REPO_ROOT, SpecSource, SpecSourceMissing
 
-INIT = '"""Generated Kafka message codecs (``python -m protocol.codegen``). Do not edit."""\n'
+INIT = '"""Generated Kafka message codecs (``python -m semel.protocol.codegen``). Do not edit."""\n'
 
 
 def generate_all(out_dir: Path) -> list[Path]:
@@ -37,7 +37,7 @@ def generate_all(out_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m protocol.codegen")
+    parser = argparse.ArgumentParser(prog="python -m semel.protocol.codegen")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "protocol" / "messages")
     args = parser.parse_args(argv)
     try:

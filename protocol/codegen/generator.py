@@ -16,7 +16,7 @@ import keyword
 import re
 from dataclasses import dataclass, field
 
-from protocol.api import snake
+from semel.protocol.api import snake
 
 FIXED = {  # type -> (struct code, size)
     "bool": ("?", 1), "int8": ("b", 1), "int16": ("h", 2), "uint16": ("H", 2),
@@ -536,8 +536,8 @@ class Emitter:
             "from typing import Any",
             "from uuid import UUID",
             "",
-            "from protocol.errors import ProtocolError as _PE",
-            "from protocol.primitives import (",
+            "from semel.protocol.errors import ProtocolError as _PE",
+            "from semel.protocol.primitives import (",
             "    INT32 as _INT32, ZERO_UUID as _ZERO_UUID, check_end as _check_end,",
             "    decode_guarded as _decode_guarded,",
             "    read_array_len as _read_array_len, read_bytes as _read_bytes,",

@@ -1,1 +1,1 @@
-"""Generated Kafka message codecs (``python -m protocol.codegen``). Do not edit."""
+"""Generated Kafka message codecs (``python -m semel.protocol.codegen``). Do not edit."""

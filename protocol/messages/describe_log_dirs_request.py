@@ -9,8 +9,8 @@ from struct import Struct as _Struct, pack as _pack, unpack_from as _unpack_from
 from typing import Any
 from uuid import UUID
 
-from protocol.errors import ProtocolError as _PE
-from protocol.primitives import (
+from semel.protocol.errors import ProtocolError as _PE
+from semel.protocol.primitives import (
     INT32 as _INT32, ZERO_UUID as _ZERO_UUID, check_end as _check_end,
     decode_guarded as _decode_guarded,
     read_array_len as _read_array_len, read_bytes as _read_bytes,

@@ -19,18 +19,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
-from storage.cleaner.filter import FilterStats
-from storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
-from storage.cleaner.process import CleanerProcess, CleanerThread
-from storage.cleaner.selection import cleanable_range
-from storage.cleaner.worker import UNLIMITED, CleaningJob
-from storage.cleaner.writer import READ_CHUNK, SegmentFile, open_cleaned, remove_cleaned
-from storage.fs import RealFileSystem
-from storage.partition_log import PartitionLog
-from storage.segment import LogSegment
-from storage.topic_partition import TopicPartition
-from storage.transaction_index import AbortedTxn
+from semel.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from semel.storage.cleaner.filter import FilterStats
+from semel.storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
+from semel.storage.cleaner.process import CleanerProcess, CleanerThread
+from semel.storage.cleaner.selection import cleanable_range
+from semel.storage.cleaner.worker import UNLIMITED, CleaningJob
+from semel.storage.cleaner.writer import READ_CHUNK, SegmentFile, open_cleaned, remove_cleaned
+from semel.storage.fs import RealFileSystem
+from semel.storage.partition_log import PartitionLog
+from semel.storage.segment import LogSegment
+from semel.storage.topic_partition import TopicPartition
+from semel.storage.transaction_index import AbortedTxn
 
 log = logging.getLogger("storage.cleaner")
 

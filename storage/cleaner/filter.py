@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from protocol.records import (
+from semel.protocol.records import (
     COMPRESSION_MASK,
     DELETE_HORIZON_MASK,
     HEADER,
@@ -45,8 +45,8 @@ from protocol.records import (
     rebuild_batch,
     record_spans,
 )
-from storage.cleaner.offset_map import OffsetMap
-from storage.transaction_index import AbortedTxn
+from semel.storage.cleaner.offset_map import OffsetMap
+from semel.storage.transaction_index import AbortedTxn
 
 Batch = tuple[bytes | bytearray | memoryview, BatchHeader]
 

@@ -22,9 +22,9 @@ import pickle
 import sys
 from concurrent.futures import Executor
 
-import storage
-from storage.cleaner.worker import FRAME, CleaningJob, CleaningOutput, run_job
-from storage.fs import RealFileSystem
+from semel import storage
+from semel.storage.cleaner.worker import FRAME, CleaningJob, CleaningOutput, run_job
+from semel.storage.fs import RealFileSystem
 
 log = logging.getLogger("storage.cleaner")
 
@@ -66,7 +66,7 @@ class CleanerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "storage.cleaner.worker", str(os.getpid()),
+            sys.executable, "-m", "semel.storage.cleaner.worker", str(os.getpid()),
             self.priority, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             env=env)
         self.started += 1

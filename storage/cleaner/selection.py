@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from storage.topic_partition import TopicPartition
+from semel.storage.topic_partition import TopicPartition
 
 
 class SegmentView(Protocol):

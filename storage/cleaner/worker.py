@@ -1,7 +1,7 @@
 """The cleaner's heavy part: build the offset map over the dirty range, then write each group
 of segments as ``.cleaned`` files. A ``CleaningJob`` is plain data taken on the event loop
 (segment files, ranges, aborted transactions, each producer's last batch), so the work runs
-in a separate process (the broker's: ``python -m storage.cleaner.worker``, see process.py)
+in a separate process (the broker's: ``python -m semel.storage.cleaner.worker``, see process.py)
 or in a thread (tests), and touches nothing but files: the closed segments it reads and the
 ``.cleaned`` files it writes. The broker swaps the result in.
 
@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storage.cleaner.filter import BatchFilter, FilterStats, build_offset_map
-from storage.cleaner.offset_map import OffsetMap
-from storage.cleaner.writer import (
+from semel.storage.cleaner.filter import BatchFilter, FilterStats, build_offset_map
+from semel.storage.cleaner.offset_map import OffsetMap
+from semel.storage.cleaner.writer import (
     READ_CHUNK,
     SegmentFile,
     file_batches,
@@ -37,9 +37,9 @@ from storage.cleaner.writer import (
     remove_cleaned,
     write_cleaned,
 )
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.transaction_index import AbortedTxn
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.transaction_index import AbortedTxn
 
 FRAME = struct.Struct(">I")
 UNLIMITED = float("inf")
@@ -231,4 +231,4 @@ def main(argv: list[str]) -> None:
 if __name__ == "__main__":  # run as the module itself, so results pickle under its name
     import importlib
 
-    importlib.import_module("storage.cleaner.worker").main(sys.argv[1:])
+    importlib.import_module("semel.storage.cleaner.worker").main(sys.argv[1:])

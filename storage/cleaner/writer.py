@@ -19,12 +19,12 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from protocol.records import HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, CorruptRecordError
-from storage.cleaner.filter import BatchFilter
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
-from storage.segment import (
+from semel.protocol.records import HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, CorruptRecordError
+from semel.storage.cleaner.filter import BatchFilter
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
+from semel.storage.segment import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -34,7 +34,7 @@ from storage.segment import (
     LogSegment,
     segment_file_name,
 )
-from storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
+from semel.storage.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 
 _INT32_MAX = 2**31 - 1
 READ_CHUNK = 1 << 18  # bytes of a segment read at a time (log.cleaner.io.buffer.size / 2)

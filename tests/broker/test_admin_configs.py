@@ -13,8 +13,8 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from broker.testing import BrokerThread
-from storage.config import TOPIC_CONFIG_DEFS
+from semel.broker.testing import BrokerThread
+from semel.storage.config import TOPIC_CONFIG_DEFS
 
 TIMEOUT = 15
 
@@ -85,7 +85,7 @@ def test_cleaner_defaults_from_broker_settings(tmp_path):
     log.cleaner.min.cleanable.ratio, log.cleaner.delete.retention.ms,
     log.cleaner.min.compaction.lag.ms and log.cleaner.max.compaction.lag.ms reach the
     topics that do not set their own, and the cleaner uses them."""
-    from storage.topic_partition import TopicPartition
+    from semel.storage.topic_partition import TopicPartition
 
     overrides = {"log.cleanup.policy": "compact,delete",
                  "log.cleaner.min.cleanable.ratio": "0.25",

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from broker.testing import BrokerThread
+from semel.broker.testing import BrokerThread
 
 TIMEOUT = 15
 

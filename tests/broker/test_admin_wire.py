@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from broker.testing import BrokerThread
-from protocol.errors import Error
-from protocol.primitives import ZERO_UUID
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
+from semel.protocol.primitives import ZERO_UUID
 from tests.kafka_wire import KafkaWire, fetch_request, message, records_batch
 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, ALTER_CONFIGS = 19, 20, 32, 33

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.testing import BrokerProcess
+from semel.broker.testing import BrokerProcess
 from tests.kafka_wire import KafkaWire, create_topic, fetch_request, produce_request, records_batch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEMEL_")}
-    return subprocess.run([sys.executable, "-m", "broker", "serve", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "semel.broker", "serve", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, env=env,
                           check=False)
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from broker.testing import BrokerThread
-from protocol.errors import Error
-from protocol.records import ControlType, iter_batches, iter_records, parse_control_record
-from storage.topic_partition import TopicPartition
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
+from semel.protocol.records import ControlType, iter_batches, iter_records, parse_control_record
+from semel.storage.topic_partition import TopicPartition
 from tests.broker.test_idempotent_wire import fetch_values, init_producer_id, produce
 from tests.kafka_wire import (
     FETCH,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.config import (
+from semel.broker.config import (
     ALIASES,
     KNOWN_KEYS,
     PROPERTIES,
@@ -23,7 +23,7 @@ from broker.config import (
     env_var_name,
     load_config,
 )
-from broker.properties import PropertiesSyntaxError, parse_properties
+from semel.broker.properties import PropertiesSyntaxError, parse_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PROPERTIES = ROOT / "conf" / "server.properties"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import (
+from semel.broker.config import (
     BrokerConfig,
     ConfigError,
     Listener,
@@ -16,7 +16,7 @@ from broker.config import (
     env_var_name,
     load_config,
 )
-from broker.security import Principal
+from semel.broker.security import Principal
 from tests.security.certs import TlsFiles, make_tls_files
 
 SECRET = "hunter2-secret"

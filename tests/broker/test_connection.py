@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from broker.testing import BrokerThread
+from semel.broker.testing import BrokerThread
 from tests.kafka_wire import (
     FETCH,
     KafkaWire,

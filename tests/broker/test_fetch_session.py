@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import uuid
 
-from broker.fetch_session import (
+from semel.broker.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
     CachedPartition,

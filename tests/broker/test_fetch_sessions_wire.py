@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from broker.fetch_session import sessions_of
-from broker.testing import BrokerThread
-from protocol.errors import Error
+from semel.broker.fetch_session import sessions_of
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
 from tests.kafka_wire import (
     DELETE_RECORDS,
     FETCH,

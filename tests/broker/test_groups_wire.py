@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from broker.testing import BrokerThread
-from coordinator.group import RequestInfo
-from protocol.errors import Error
-from protocol.messages.txn_offset_commit_request import (
+from semel.broker.testing import BrokerThread
+from semel.coordinator.group import RequestInfo
+from semel.protocol.errors import Error
+from semel.protocol.messages.txn_offset_commit_request import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from broker.testing import BrokerProcess
-from protocol.errors import Error
+from semel.broker.testing import BrokerProcess
+from semel.protocol.errors import Error
 from tests.kafka_wire import (
     FETCH,
     PRODUCE,

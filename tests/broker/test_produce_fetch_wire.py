@@ -16,12 +16,12 @@ import uuid
 import pytest
 from crc32c import crc32c
 
-from broker.testing import BrokerThread
-from protocol.errors import Error
-from protocol.frame import encode_request_header
-from protocol.messages import api_versions_response
-from protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, LOG_APPEND_TIME, build_batch
-from storage.fs import FaultyFileSystem
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
+from semel.protocol.frame import encode_request_header
+from semel.protocol.messages import api_versions_response
+from semel.protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, LOG_APPEND_TIME, build_batch
+from semel.storage.fs import FaultyFileSystem
 from tests.kafka_wire import (
     API_VERSIONS,
     FETCH,

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from broker.testing import BrokerThread
-from protocol.errors import Error
-from protocol.records import build_batch
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
+from semel.protocol.records import build_batch
 from tests.kafka_wire import (
     FETCH,
     LIST_OFFSETS,

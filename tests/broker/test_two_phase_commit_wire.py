@@ -16,13 +16,13 @@ import time
 
 import pytest
 
-from broker.security import AclOperation, AclPermissionType, PatternType
-from broker.security import ResourceType as R
-from broker.security.acl import AclBinding
-from broker.security.authorizer import EVERY_ACL
-from broker.testing import BrokerThread
-from protocol.errors import Error
-from protocol.records import (
+from semel.broker.security import AclOperation, AclPermissionType, PatternType
+from semel.broker.security import ResourceType as R
+from semel.broker.security.acl import AclBinding
+from semel.broker.security.authorizer import EVERY_ACL
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
+from semel.protocol.records import (
     ControlType,
     build_batch,
     iter_batches,

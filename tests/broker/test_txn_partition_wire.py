@@ -16,9 +16,9 @@ import urllib.request
 import pytest
 from prometheus_client import generate_latest
 
-from broker.testing import BrokerThread
-from protocol.errors import Error
-from protocol.records import (
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
+from semel.protocol.records import (
     ControlType,
     build_batch,
     iter_batches,

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from broker.testing import BrokerThread
-from protocol.errors import Error
-from protocol.records import ControlType, iter_batches, iter_records, parse_control_record
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
+from semel.protocol.records import ControlType, iter_batches, iter_records, parse_control_record
 from tests.kafka_wire import FETCH, KafkaWire, fetch_request, make_topic, message
 
 API_VERSIONS, INIT_PRODUCER_ID = 18, 22

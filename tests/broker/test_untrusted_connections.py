@@ -18,8 +18,8 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from broker.testing import BrokerProcess, BrokerThread
-from protocol.errors import Error
+from semel.broker.testing import BrokerProcess, BrokerThread
+from semel.protocol.errors import Error
 from tests.broker.test_connection import ManualClock, wait_for
 from tests.kafka_wire import (
     METADATA,
@@ -362,8 +362,8 @@ def test_large_compressed_batch_is_walked_while_the_loop_serves_others(tmp_path,
     import os
     import threading
 
-    from protocol import validator
-    from protocol.records import build_batch
+    from semel.protocol import validator
+    from semel.protocol.records import build_batch
 
     off_loop = threading.Event()
     proceed = threading.Event()

@@ -52,9 +52,9 @@ import sys
 import threading
 from pathlib import Path
 
-from broker.cli import _check_data_dir, _parser
-from broker.config import ConfigError, load_config
-from storage.fs import FaultyFileSystem
+from semel.broker.cli import _check_data_dir, _parser
+from semel.broker.config import ConfigError, load_config
+from semel.storage.fs import FaultyFileSystem
 
 log = logging.getLogger("chaos.faulty_broker")
 FAULT_ATTRIBUTES = ("write_error", "write_error_after", "short_write", "fsync_error",
@@ -223,7 +223,7 @@ class Control:
 
 def inject_bug(bug: str, fs: ChaosFileSystem) -> dict:
     if bug == "lso_is_hw":
-        from storage.partition_log import PartitionLog
+        from semel.storage.partition_log import PartitionLog
 
         PartitionLog.last_stable_offset = property(lambda plog: plog.high_watermark)
     elif bug == "fsync_lies":
@@ -235,7 +235,7 @@ def inject_bug(bug: str, fs: ChaosFileSystem) -> dict:
 
 
 async def _serve(config) -> int:
-    from broker.server import Broker
+    from semel.broker.server import Broker
 
     fs = ChaosFileSystem()
     broker = Broker(config, fs=fs)

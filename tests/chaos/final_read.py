@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from protocol.records import iter_batches, iter_records, parse_control_record
+from semel.protocol.records import iter_batches, iter_records, parse_control_record
 from tests.chaos.checker import FinalRead, LogRecord
 from tests.chaos.workloads.common import TOMBSTONE_HEADER
 from tests.group_wire import fetch_offsets

@@ -278,7 +278,7 @@ class Proxy:
                 return
 
     def _log_frames(self, conn: _Conn, frames, upstream: bool) -> None:
-        from protocol.api import BY_KEY
+        from semel.protocol.api import BY_KEY
 
         now = time.time()
         for size, head in frames:

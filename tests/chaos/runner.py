@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from protocol.errors import Error
+from semel.protocol.errors import Error
 from tests.chaos.checker import FinalRead, Report, check, summarize
 from tests.chaos.final_read import final_read, wait_stable
 from tests.chaos.history import History, merge, read_events, write_events

@@ -1,7 +1,7 @@
 """The broker under test: a subprocess behind the proxy, with the faults the nemesis uses.
 
 `Target(data_dir, history, faulty=True)` runs `python -m tests.chaos.faulty_broker serve`
-(faulty=False: the real CLI, `python -m broker serve`) on 127.0.0.1. The first start binds an
+(faulty=False: the real CLI, `python -m semel.broker serve`) on 127.0.0.1. The first start binds an
 ephemeral port; restarts reuse it. The broker advertises the proxy's address, so clients
 (bootstrapping at `bootstrap`) always go through the proxy; `direct` is the broker itself
 (final reads). Broker output goes to `<out>/broker.log`.

@@ -10,24 +10,27 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from coordinator.group.config import GroupConfig
-from coordinator.group.consumer_protocol import encode_subscription
-from coordinator.group.group_manager import RequestInfo
-from coordinator.group.records import CoordinatorRecord, decode_record, encode_record
-from coordinator.group.shard import GroupCoordinatorShard, PendingWrite
-from coordinator.group.timer import ManualClock, ManualTimer
-from protocol.errors import Error
-from protocol.messages.heartbeat_request import HeartbeatRequest
-from protocol.messages.join_group_request import JoinGroupRequest, JoinGroupRequestProtocol
-from protocol.messages.leave_group_request import LeaveGroupRequest, MemberIdentity
-from protocol.messages.offset_commit_request import (
+from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.group.consumer_protocol import encode_subscription
+from semel.coordinator.group.group_manager import RequestInfo
+from semel.coordinator.group.records import CoordinatorRecord, decode_record, encode_record
+from semel.coordinator.group.shard import GroupCoordinatorShard, PendingWrite
+from semel.coordinator.group.timer import ManualClock, ManualTimer
+from semel.protocol.errors import Error
+from semel.protocol.messages.heartbeat_request import HeartbeatRequest
+from semel.protocol.messages.join_group_request import JoinGroupRequest, JoinGroupRequestProtocol
+from semel.protocol.messages.leave_group_request import LeaveGroupRequest, MemberIdentity
+from semel.protocol.messages.offset_commit_request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
-from protocol.messages.offset_fetch_request import OffsetFetchRequestGroup, OffsetFetchRequestTopics
-from protocol.messages.sync_group_request import SyncGroupRequest, SyncGroupRequestAssignment
-from protocol.messages.txn_offset_commit_request import (
+from semel.protocol.messages.offset_fetch_request import (
+    OffsetFetchRequestGroup,
+    OffsetFetchRequestTopics,
+)
+from semel.protocol.messages.sync_group_request import SyncGroupRequest, SyncGroupRequestAssignment
+from semel.protocol.messages.txn_offset_commit_request import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,

@@ -3,7 +3,7 @@ clock: every timeout is reached by advancing time, never by sleeping."""
 
 from __future__ import annotations
 
-from coordinator.group.classic_group import (
+from semel.coordinator.group.classic_group import (
     COMPLETING_REBALANCE,
     EMPTY,
     PREPARING_REBALANCE,
@@ -11,8 +11,8 @@ from coordinator.group.classic_group import (
     VALID_PREVIOUS_STATES,
     GroupState,
 )
-from coordinator.group.records import GroupMetadataKey
-from protocol.errors import Error
+from semel.coordinator.group.records import GroupMetadataKey
+from semel.protocol.errors import Error
 from tests.coordinator.group_harness import RANGE, Harness
 
 

@@ -3,10 +3,10 @@ require_stable, deletion, retention and reloading - on a manual clock."""
 
 from __future__ import annotations
 
-from coordinator.group.classic_group import EMPTY
-from coordinator.group.records import GroupMetadataKey, OffsetCommitKey
-from protocol.errors import Error
-from protocol.messages.offset_delete_request import (
+from semel.coordinator.group.classic_group import EMPTY
+from semel.coordinator.group.records import GroupMetadataKey, OffsetCommitKey
+from semel.protocol.errors import Error
+from semel.protocol.messages.offset_delete_request import (
     OffsetDeleteRequest,
     OffsetDeleteRequestPartition,
     OffsetDeleteRequestTopic,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.group.consumer_protocol import encode_subscription, subscribed_topics
-from coordinator.group.records import (
+from semel.coordinator.group.consumer_protocol import encode_subscription, subscribed_topics
+from semel.coordinator.group.records import (
     CoordinatorRecord,
     GroupMetadataKey,
     GroupMetadataValue,
@@ -24,9 +24,9 @@ from coordinator.group.records import (
     encode_record,
     encode_value,
 )
-from coordinator.group.shard import java_string_hash, partition_for
-from protocol.errors import ProtocolError
-from protocol.primitives import (
+from semel.coordinator.group.shard import java_string_hash, partition_for
+from semel.protocol.errors import ProtocolError
+from semel.protocol.primitives import (
     write_compact_bytes,
     write_compact_nullable_string,
     write_compact_string,

@@ -10,8 +10,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from coordinator.group.classic_group import COMPLETING_REBALANCE, EMPTY, STABLE
-from protocol.errors import Error
+from semel.coordinator.group.classic_group import COMPLETING_REBALANCE, EMPTY, STABLE
+from semel.protocol.errors import Error
 from tests.coordinator.group_harness import RANGE, SUBSCRIPTION, Harness
 
 PROTOCOL_SETS = [RANGE, [("roundrobin", SUBSCRIPTION)] + RANGE, [("sticky", SUBSCRIPTION)]]

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.producer_id import (
+from semel.coordinator.producer_id import (
     BLOCK_FILE,
     ProducerIdBlock,
     ProducerIdManager,
     next_block,
 )
-from protocol.errors import Error, KafkaError
-from storage.fs import FaultyFileSystem
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.fs import FaultyFileSystem
 
 
 def recorded(tmp_path) -> dict:

@@ -10,8 +10,8 @@ import errno
 
 import pytest
 
-from coordinator.producer_principal import FILE, ProducerPrincipals, decode, encode
-from coordinator.transaction.log import (
+from semel.coordinator.producer_principal import FILE, ProducerPrincipals, decode, encode
+from semel.coordinator.transaction.log import (
     TAG_SEMEL_PRINCIPAL,
     TxnLogValue,
     decode_value,
@@ -19,12 +19,12 @@ from coordinator.transaction.log import (
     metadata_from_value,
     value_from_transit,
 )
-from coordinator.transaction.metadata import MAX_PRODUCER_EPOCH, TV_2
-from coordinator.transaction.state import TransactionState
-from protocol.errors import Error, KafkaError
-from protocol.primitives import read_tagged_header, read_uvarint
-from storage.fs import FaultyFileSystem, MetadataFileError
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.metadata import MAX_PRODUCER_EPOCH, TV_2
+from semel.coordinator.transaction.state import TransactionState
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.primitives import read_tagged_header, read_uvarint
+from semel.storage.fs import FaultyFileSystem, MetadataFileError
+from semel.storage.topic_partition import TopicPartition
 from tests.coordinator.txn_harness import ManualClock, running
 
 ALICE, BOB = "User:alice", "User:bob"

@@ -9,12 +9,12 @@ import errno
 
 import pytest
 
-from coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
-from coordinator.transaction.metadata import MAX_PRODUCER_EPOCH, TV_2
-from coordinator.transaction.state import TransactionState
-from protocol.errors import Error
-from storage.fs import FaultyFileSystem
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
+from semel.coordinator.transaction.metadata import MAX_PRODUCER_EPOCH, TV_2
+from semel.coordinator.transaction.state import TransactionState
+from semel.protocol.errors import Error
+from semel.storage.fs import FaultyFileSystem
+from semel.storage.topic_partition import TopicPartition
 from tests.coordinator.txn_harness import FakeMarkers, ManualClock, running
 
 S = TransactionState
@@ -454,7 +454,7 @@ async def test_loading_and_stopped_coordinator_errors(tmp_path):
 
 def test_partition_for_is_kafkas():
     # Utils.abs(id.hashCode()) % partitions, values from Java 17
-    from coordinator.group.shard import java_string_hash, partition_for
+    from semel.coordinator.group.shard import java_string_hash, partition_for
     assert java_string_hash("my-transactional-id") == -959806496
     assert partition_for("my-transactional-id", 50) == 46
     assert partition_for("tx", 50) == 16
@@ -464,7 +464,7 @@ def test_partition_for_is_kafkas():
 
 
 async def test_expired_ids_are_tombstoned_in_bounded_batches(tmp_path, monkeypatch):
-    from coordinator.transaction import coordinator as module
+    from semel.coordinator.transaction import coordinator as module
     monkeypatch.setattr(module, "_TOMBSTONE_BATCH_BYTES", 200)
     clock = ManualClock()
     async with running(tmp_path, clock=clock, transactional_id_expiration_ms=1000,

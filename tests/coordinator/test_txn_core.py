@@ -12,17 +12,17 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from coordinator.transaction import core
-from coordinator.transaction.metadata import (
+from semel.coordinator.transaction import core
+from semel.coordinator.transaction.metadata import (
     MAX_PRODUCER_EPOCH,
     TV_0,
     TV_2,
     IllegalTransition,
     TxnMetadata,
 )
-from coordinator.transaction.state import TransactionState, can_transition
-from protocol.errors import Error, KafkaError
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.state import TransactionState, can_transition
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.topic_partition import TopicPartition
 
 S = TransactionState
 E = Error

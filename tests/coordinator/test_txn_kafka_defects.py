@@ -11,10 +11,10 @@ PRODUCER_FENCED (tests/coordinator/test_txn_coordinator.py).
 
 from __future__ import annotations
 
-from coordinator.transaction.metadata import TV_2
-from coordinator.transaction.state import TransactionState
-from protocol.errors import Error
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.metadata import TV_2
+from semel.coordinator.transaction.state import TransactionState
+from semel.protocol.errors import Error
+from semel.storage.topic_partition import TopicPartition
 from tests.coordinator.txn_harness import ManualClock, running
 
 S = TransactionState

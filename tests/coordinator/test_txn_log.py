@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.transaction.log import (
+from semel.coordinator.transaction.log import (
     TxnLogValue,
     UnknownKeyVersion,
     UnknownValueVersion,
@@ -21,10 +21,10 @@ from coordinator.transaction.log import (
     value_from_transit,
     value_version_for,
 )
-from coordinator.transaction.metadata import TV_0, TV_2, TxnMetadata
-from coordinator.transaction.state import TransactionState
-from protocol.errors import ProtocolError
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.metadata import TV_0, TV_2, TxnMetadata
+from semel.coordinator.transaction.state import TransactionState
+from semel.protocol.errors import ProtocolError
+from semel.storage.topic_partition import TopicPartition
 
 S = TransactionState
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import errno
 
-from coordinator.transaction.markers import LogMarkerWriter
-from protocol.errors import Error
-from protocol.records import ControlType, iter_records, parse_control_record
-from storage.config import LogConfig
-from storage.fs import FaultyFileSystem
-from storage.log_manager import LogManager
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.markers import LogMarkerWriter
+from semel.protocol.errors import Error
+from semel.protocol.records import ControlType, iter_records, parse_control_record
+from semel.storage.config import LogConfig
+from semel.storage.fs import FaultyFileSystem
+from semel.storage.log_manager import LogManager
+from semel.storage.topic_partition import TopicPartition
 from tests.coordinator.txn_harness import ManualClock
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

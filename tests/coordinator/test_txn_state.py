@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from coordinator.transaction.metadata import (
+from semel.coordinator.transaction.metadata import (
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -16,9 +16,9 @@ from coordinator.transaction.metadata import (
     IllegalTransition,
     TxnMetadata,
 )
-from coordinator.transaction.state import VALID_PREVIOUS, TransactionState, can_transition
-from protocol.errors import Error, KafkaError
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.state import VALID_PREVIOUS, TransactionState, can_transition
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.topic_partition import TopicPartition
 
 S = TransactionState
 T0, T1, T2 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)

@@ -9,18 +9,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from coordinator.transaction import TransactionCoordinator, TxnConfig
-from coordinator.transaction.log import (
+from semel.coordinator.transaction import TransactionCoordinator, TxnConfig
+from semel.coordinator.transaction.log import (
     TRANSACTION_STATE_TOPIC_NAME,
     decode_key,
     decode_value,
 )
-from coordinator.transaction.state import TransactionState
-from protocol.errors import Error
-from protocol.records import iter_records
-from storage.config import LogConfig
-from storage.log_manager import LogManager
-from storage.topic_partition import TopicPartition
+from semel.coordinator.transaction.state import TransactionState
+from semel.protocol.errors import Error
+from semel.protocol.records import iter_records
+from semel.storage.config import LogConfig
+from semel.storage.log_manager import LogManager
+from semel.storage.topic_partition import TopicPartition
 
 CONFIG = TxnConfig(transaction_state_log_num_partitions=4,
                    abort_timed_out_transaction_cleanup_interval_ms=10**9,

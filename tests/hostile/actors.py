@@ -51,9 +51,13 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from protocol import api
-from protocol.errors import Error
-from protocol.frame import DEFAULT_MAX_FRAME_SIZE, decode_response_header, encode_request_header
+from semel.protocol import api
+from semel.protocol.errors import Error
+from semel.protocol.frame import (
+    DEFAULT_MAX_FRAME_SIZE,
+    decode_response_header,
+    encode_request_header,
+)
 from tests.hostile.frames import (
     SIZE,
     FuzzFrames,
@@ -726,7 +730,7 @@ def _acks0_produce(key: int, version: int, frame: bytes) -> bool:
     if key != PRODUCE:
         return False
     try:
-        from protocol.frame import parse_request_header
+        from semel.protocol.frame import parse_request_header
 
         body = memoryview(frame)[4:]
         _, pos = parse_request_header(body, api.request_header_version(key, version))

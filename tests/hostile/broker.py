@@ -1,4 +1,4 @@
-"""The broker under attack: `python -m broker serve` (the real CLI) as a subprocess.
+"""The broker under attack: `python -m semel.broker serve` (the real CLI) as a subprocess.
 
 Its output goes straight into `<out>/broker.log` (a file, not a pipe: a broker logging a
 warning per hostile connection must never block on a slow reader). The first start binds an
@@ -42,7 +42,7 @@ class BrokerProc:
         return self.proc.pid if self.proc is not None else None
 
     def start(self, timeout: float = 60.0) -> None:
-        args = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1",
+        args = [sys.executable, "-m", "semel.broker", "serve", "--host", "127.0.0.1",
                 "--port", str(self.port), "--data-dir", str(self.data_dir)]
         for k, v in self.overrides.items():
             args += ["--set", f"{k}={v}"]

@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from crc32c import crc32c
 
-from protocol import api
-from protocol.frame import DEFAULT_MAX_FRAME_SIZE, encode_request_header
-from protocol.records import (
+from semel.protocol import api
+from semel.protocol.frame import DEFAULT_MAX_FRAME_SIZE, encode_request_header
+from semel.protocol.records import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     HEADER,
@@ -266,7 +266,7 @@ def compress(codec: int, data: bytes, *, declare_size: bool = True) -> bytes:
             UINT32_LE.pack_into(out, len(out) - 4, 1000)
         return bytes(out)
     if codec == 2:
-        from protocol.compression import compress as kafka_compress
+        from semel.protocol.compression import compress as kafka_compress
 
         return kafka_compress(2, data)
     if codec == 3:

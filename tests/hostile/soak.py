@@ -38,7 +38,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from protocol.errors import Error
+from semel.protocol.errors import Error
 from tests.chaos.checker import check, summarize
 from tests.chaos.final_read import final_read, wait_stable
 from tests.chaos.history import History, merge, write_events

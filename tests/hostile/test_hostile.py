@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 
-from protocol.records import iter_batches, validate_batches
+from semel.protocol.records import iter_batches, validate_batches
 from tests.hostile.frames import CASES, FuzzFrames, _lies, garbage
 from tests.hostile.soak import run_soak, short_profile
 from tests.hostile.verify import check_batch

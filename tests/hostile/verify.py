@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.records import iter_batches, iter_records
+from semel.protocol.records import iter_batches, iter_records
 from tests.kafka_wire import (
     FETCH,
     LIST_OFFSETS,

@@ -22,12 +22,12 @@ import signal
 import sys
 from pathlib import Path
 
-from broker.cli import _check_data_dir, _parser
-from broker.config import ConfigError, load_config
+from semel.broker.cli import _check_data_dir, _parser
+from semel.broker.config import ConfigError, load_config
 
 
 async def _serve(config, mode: str, pause_file: Path) -> int:
-    from broker.server import Broker
+    from semel.broker.server import Broker
 
     broker = Broker(config)
     await broker.start()

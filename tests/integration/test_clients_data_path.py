@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from broker.fetch_session import sessions_of
-from broker.testing import BrokerThread
+from semel.broker.fetch_session import sessions_of
+from semel.broker.testing import BrokerThread
 from tests.javaclient import produced_key, produced_value, run_java
 from tests.kafka_wire import make_topic
 

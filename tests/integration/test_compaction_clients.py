@@ -13,7 +13,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.testing import BrokerThread
+from semel.broker.testing import BrokerThread
 
 DELETE_RETENTION_MS = 60_000
 

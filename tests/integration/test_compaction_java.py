@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.testing import BrokerThread
+from semel.broker.testing import BrokerThread
 from tests.javaclient import JavaClientError, java_command, require_java
 from tests.kafka_wire import make_topic
 

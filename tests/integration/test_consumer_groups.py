@@ -19,7 +19,7 @@ from collections import Counter
 
 import pytest
 
-from broker.testing import BrokerThread
+from semel.broker.testing import BrokerThread
 from tests.javaclient import run_java
 from tests.kafka_wire import make_topic
 

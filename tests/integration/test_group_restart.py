@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from broker.testing import BrokerProcess
-from protocol.errors import Error
+from semel.broker.testing import BrokerProcess
+from semel.protocol.errors import Error
 from tests.group_wire import (
     DESCRIBE_GROUPS,
     commit,

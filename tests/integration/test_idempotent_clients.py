@@ -10,8 +10,8 @@ import subprocess
 import threading
 import time
 
-from broker.testing import BrokerProcess
-from protocol.errors import Error
+from semel.broker.testing import BrokerProcess
+from semel.protocol.errors import Error
 from tests.javaclient import java_command, produced_value, require_java
 from tests.kafka_wire import (
     FETCH,

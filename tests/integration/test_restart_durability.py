@@ -1,6 +1,6 @@
 """acks=all survives SIGKILL: every acknowledged record is there exactly once after restart.
 
-The broker runs as a subprocess (``python -m broker serve``) with the durable default
+The broker runs as a subprocess (``python -m semel.broker serve``) with the durable default
 log.flush.mode=fsync. Producers run while the broker is killed with SIGKILL; after a
 restart on the same data directory the whole log is read back.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 
-from broker.testing import BrokerProcess
-from protocol.errors import Error
+from semel.broker.testing import BrokerProcess
+from semel.protocol.errors import Error
 from tests.kafka_wire import (
     FETCH,
     PRODUCE,

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.testing import BrokerProcess
-from pipelines.twophase import Outcome, PreparedTxn, TwoPhaseCommitClient
+from semel.broker.testing import BrokerProcess
+from semel.pipelines.twophase import Outcome, PreparedTxn, TwoPhaseCommitClient
 from tests.pipelines.test_spark_source import consume_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ RECORDS = 300
 PRODUCER = textwrap.dedent("""
     import json, sys, time
     from confluent_kafka import Producer
-    from pipelines.twophase import TwoPhaseCommitClient
+    from semel.pipelines.twophase import TwoPhaseCommitClient
 
     bootstrap, topic, txn_id, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
@@ -49,7 +49,7 @@ PRODUCER = textwrap.dedent("""
 
 COMPLETE = textwrap.dedent("""
     import sys
-    from pipelines.twophase import PreparedTxn, TwoPhaseCommitClient
+    from semel.pipelines.twophase import PreparedTxn, TwoPhaseCommitClient
 
     with TwoPhaseCommitClient(sys.argv[1], timeout_s=5) as client:
         print(client.complete(PreparedTxn.from_json(sys.argv[2])).value, flush=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from broker.testing import BrokerThread
-from protocol.errors import Error
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
 from tests.broker.test_two_phase_commit_wire import init, write
 from tests.integration.test_txn_admin_java import admin, read_committed_values
 from tests.javaclient import require_java

@@ -12,8 +12,8 @@ marker through WriteTxnMarkers, after which read_committed consumers move past i
 
 from __future__ import annotations
 
-from broker.testing import BrokerThread
-from protocol.errors import Error
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
 from tests.javaclient import require_java, run_java
 from tests.kafka_wire import PRODUCE, KafkaWire, make_topic, produce_request, records_batch
 

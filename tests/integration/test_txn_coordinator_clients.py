@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from broker.testing import BrokerThread
-from protocol.records import ControlType, iter_batches, iter_records, parse_control_record
+from semel.broker.testing import BrokerThread
+from semel.protocol.records import ControlType, iter_batches, iter_records, parse_control_record
 from tests.kafka_wire import FETCH, KafkaWire, fetch_request, make_topic
 
 TIMEOUT_S = 30

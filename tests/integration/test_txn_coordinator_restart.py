@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
-from broker.testing import BrokerProcess
-from protocol.errors import Error
-from protocol.records import ControlType, iter_batches, iter_records, parse_control_record
+from semel.broker.testing import BrokerProcess
+from semel.protocol.errors import Error
+from semel.protocol.records import ControlType, iter_batches, iter_records, parse_control_record
 from tests.kafka_wire import FETCH, KafkaWire, create_topic, fetch_request, message
 
 TIMEOUT_S = 30

@@ -21,7 +21,7 @@ from collections import Counter
 
 import pytest
 
-from broker.testing import BrokerThread
+from semel.broker.testing import BrokerThread
 from tests.javaclient import require_java, run_java
 from tests.kafka_wire import make_topic
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.testing import READY, BrokerProcess
+from semel.broker.testing import READY, BrokerProcess
 from tests.kafka_wire import KafkaWire, create_topic, message
 
 TIMEOUT_S = 30

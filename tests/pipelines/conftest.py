@@ -16,7 +16,7 @@ def spark(tmp_path_factory):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from pipelines.spark import register
+    from semel.pipelines.spark import register
 
     session = (
         SparkSession.builder.master("local[2,4]")  # 2 cores; a failed task is tried 4 times

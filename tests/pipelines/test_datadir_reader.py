@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.testing import BrokerThread
-from pipelines.spark.datadir import (
+from semel.broker.testing import BrokerThread
+from semel.pipelines.spark.datadir import (
     AbortedRanges,
     PartitionDir,
     TransactionScan,
@@ -28,9 +28,9 @@ from pipelines.spark.datadir import (
     plan,
     read_partition,
 )
-from pipelines.spark.options import OptionError
-from protocol.records import BatchHeader, ControlType, iter_batches
-from storage.transaction_index import AbortedTxn
+from semel.pipelines.spark.options import OptionError
+from semel.protocol.records import BatchHeader, ControlType, iter_batches
+from semel.storage.transaction_index import AbortedTxn
 
 TIMEOUT_S = 30
 TOPICS = {  # name -> (partitions, configs)
@@ -420,7 +420,7 @@ def test_topic_selection_rules():
 
 def _header(base: int, count: int, producer_id: int, transactional: bool = True,
             control: bool = False) -> BatchHeader:
-    from protocol.records import build_batch
+    from semel.protocol.records import build_batch
 
     return BatchHeader(build_batch([(None, b"v", None, 0)] * count, base_offset=base,
                                    producer_id=producer_id, producer_epoch=0, base_sequence=0,

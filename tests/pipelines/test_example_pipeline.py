@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from broker.testing import BrokerThread
-from pipelines.example import check
-from pipelines.example.demo import run_demo
-from pipelines.example.orders import CUSTOMERS
+from semel.broker.testing import BrokerThread
+from semel.pipelines.example import check
+from semel.pipelines.example.demo import run_demo
+from semel.pipelines.example.orders import CUSTOMERS
 
 ORDERS = 1000
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipelines.spark.options import (
+from semel.pipelines.spark.options import (
     EARLIEST,
     LATEST,
     OptionError,
@@ -14,7 +14,7 @@ from pipelines.spark.options import (
     source_options,
     stream_prefix,
 )
-from pipelines.spark.source import KafkaRange, Planner, _rate_limit
+from semel.pipelines.spark.source import KafkaRange, Planner, _rate_limit
 
 BOOT = {"kafka.bootstrap.servers": "h:1"}
 

@@ -13,9 +13,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
 
-from broker.testing import BrokerThread
-from pipelines.spark.options import sink_options
-from pipelines.spark.sink import TaskWriter
+from semel.broker.testing import BrokerThread
+from semel.pipelines.spark.options import sink_options
+from semel.pipelines.spark.sink import TaskWriter
 from tests.pipelines.test_spark_source import consume_all
 
 

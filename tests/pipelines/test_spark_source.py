@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
 
-from broker.testing import BrokerThread
+from semel.broker.testing import BrokerThread
 
 MIXED = "mixed"  # 2 partitions: committed, aborted and plain records, headers
 SPARSE = "sparse"  # 1 partition ending in an aborted transaction and a marker

@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from broker.testing import BrokerProcess
-from pipelines.spark.options import stream_prefix
+from semel.broker.testing import BrokerProcess
+from semel.pipelines.spark.options import stream_prefix
 from tests.pipelines.test_spark_source import consume_all
 
 KEYS = 12

@@ -24,10 +24,10 @@ import pytest
 from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from broker.testing import BrokerProcess, BrokerThread
-from pipelines.spark import sink
-from pipelines.spark.options import sink_options, stream_prefix
-from pipelines.twophase import Outcome, PreparedTxn, TwoPhaseCommitClient
+from semel.broker.testing import BrokerProcess, BrokerThread
+from semel.pipelines.spark import sink
+from semel.pipelines.spark.options import sink_options, stream_prefix
+from semel.pipelines.twophase import Outcome, PreparedTxn, TwoPhaseCommitClient
 from tests.pipelines.test_spark_source import consume_all
 from tests.pipelines.test_spark_streaming import (
     Input,

@@ -20,16 +20,16 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from broker.testing import BrokerThread
-from pipelines.twophase import (
+from semel.broker.testing import BrokerThread
+from semel.pipelines.twophase import (
     NoOngoingTransaction,
     Outcome,
     PreparedTxn,
     TwoPhaseCommitClient,
     TwoPhaseCommitError,
 )
-from protocol import api
-from protocol.frame import encode_response_header, parse_request_header
+from semel.protocol import api
+from semel.protocol.frame import encode_response_header, parse_request_header
 from tests.kafka_wire import make_topic
 
 TIMEOUT_S = 30
@@ -304,8 +304,8 @@ def test_broker_with_two_phase_commit_off(tmp_path):
 
 
 def test_authorizer_needs_the_two_phase_commit_acl(tmp_path):
-    from broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
-    from broker.security.acl import AclBinding
+    from semel.broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
+    from semel.broker.security.acl import AclBinding
 
     def grant(*acls: tuple[ResourceType, str, AclOperation]) -> None:
         bindings = [AclBinding(rtype, name, PatternType.LITERAL, "User:ANONYMOUS", "*", op,

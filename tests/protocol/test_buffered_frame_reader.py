@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import ProtocolError
-from protocol.frame import BufferedFrameReader, FrameDecoder, FrameTooLarge
+from semel.protocol.errors import ProtocolError
+from semel.protocol.frame import BufferedFrameReader, FrameDecoder, FrameTooLarge
 
 
 def stream_of(frames: list[bytes]) -> bytes:

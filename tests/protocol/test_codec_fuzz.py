@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.api import APIS, codec
-from protocol.errors import ProtocolError
+from semel.protocol.api import APIS, codec
+from semel.protocol.errors import ProtocolError
 from tests.protocol.test_codec_roundtrip import random_struct
 
 CASES = [(api.key, kind, v) for api in APIS for kind in ("request", "response")

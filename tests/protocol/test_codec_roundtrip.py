@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from protocol.api import APIS, codec
+from semel.protocol.api import APIS, codec
 
 INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1), "uint16": (0, 2**16 - 1),

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.codegen.__main__ import generate_all
-from protocol.codegen.specs import SpecSource, SpecSourceMissing
+from semel.protocol.codegen.__main__ import generate_all
+from semel.protocol.codegen.specs import SpecSource, SpecSourceMissing
 
 CHECKED_IN = Path(__file__).resolve().parents[2] / "protocol" / "messages"
 

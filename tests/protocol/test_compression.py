@@ -11,9 +11,9 @@ import pytest
 from kafka import codec as kafka_python_codec
 from record_fixtures import CODECS, describe, java_read
 
-from protocol.compression import XERIAL_MAGIC, CompressionType, compress, decompress
-from protocol.errors import ProtocolError
-from protocol.records import build_batch, iter_records, validate_batches
+from semel.protocol.compression import XERIAL_MAGIC, CompressionType, compress, decompress
+from semel.protocol.errors import ProtocolError
+from semel.protocol.records import build_batch, iter_records, validate_batches
 
 ALL = list(CompressionType)
 COMPRESSED = [c for c in CompressionType if c != CompressionType.NONE]
@@ -208,8 +208,8 @@ def test_corrupt_input_fails_fast_without_growing_to_the_cap() -> None:
     """A small corrupt payload must not be retried into ever larger buffers (cheap DoS)."""
     import cramjam
 
-    from protocol.compression import CompressionType, decompress
-    from protocol.errors import ProtocolError
+    from semel.protocol.compression import CompressionType, decompress
+    from semel.protocol.errors import ProtocolError
 
     for codec, mod in ((CompressionType.GZIP, cramjam.gzip), (CompressionType.LZ4, cramjam.lz4)):
         data = bytearray(bytes(mod.compress(bytes(range(256)) * 400)))

@@ -12,8 +12,8 @@ import zstandard
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from protocol.compression import CompressionType, decompress_small, stream_decompress
-from protocol.errors import ProtocolError
+from semel.protocol.compression import CompressionType, decompress_small, stream_decompress
+from semel.protocol.errors import ProtocolError
 
 LZ4, ZSTD = CompressionType.LZ4, CompressionType.ZSTD
 CAP = 1 << 20

@@ -8,7 +8,7 @@ import re
 import kafka.errors as kafka_python_errors
 import pytest
 
-from protocol.errors import Error, KafkaError, ProtocolError
+from semel.protocol.errors import Error, KafkaError, ProtocolError
 
 
 def test_codes_are_contiguous_from_minus_one():

@@ -8,8 +8,8 @@ import pytest
 from kafka.protocol.api_header import RequestHeader as KafkaPythonRequestHeader
 from kafka.protocol.api_header import ResponseHeader as KafkaPythonResponseHeader
 
-from protocol.errors import ProtocolError
-from protocol.frame import (
+from semel.protocol.errors import ProtocolError
+from semel.protocol.frame import (
     FrameDecoder,
     FrameTooLarge,
     RequestHeader,

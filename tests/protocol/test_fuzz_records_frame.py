@@ -14,10 +14,10 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.compression import compress, decompress
-from protocol.errors import ProtocolError
-from protocol.frame import FrameDecoder, decode_response_header, parse_request_header
-from protocol.records import (
+from semel.protocol.compression import compress, decompress
+from semel.protocol.errors import ProtocolError
+from semel.protocol.frame import FrameDecoder, decode_response_header, parse_request_header
+from semel.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
     build_batch,

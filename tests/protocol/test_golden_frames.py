@@ -19,16 +19,16 @@ from pathlib import Path
 import pytest
 from crc32c import crc32c
 
-from protocol.api import BY_KEY, SUPPORTED, codec, request_header_version, snake
-from protocol.errors import Error, ProtocolError
-from protocol.frame import (
+from semel.protocol.api import BY_KEY, SUPPORTED, codec, request_header_version, snake
+from semel.protocol.errors import Error, ProtocolError
+from semel.protocol.frame import (
     FrameDecoder,
     encode_request_header,
     parse_request_header,
     peek_api_key_version,
     size_prefix,
 )
-from protocol.records import (
+from semel.protocol.records import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     HEADER_SIZE,

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from walk_fixtures import body, record, varint
 
-from protocol import records
-from protocol.errors import ProtocolError
-from protocol.records import RecordSpan, _record_spans_py, record_spans
+from semel.protocol import records
+from semel.protocol.errors import ProtocolError
+from semel.protocol.records import RecordSpan, _record_spans_py, record_spans
 
 pytestmark = pytest.mark.skipif(records._recordwalk is None, reason="the C walker is not built")
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from record_fixtures import CODECS, COUNT, FIXTURES, fixture_records, fixture_timestamp
 
-from protocol.errors import Error, ProtocolError
-from protocol.records import (
+from semel.protocol.errors import Error, ProtocolError
+from semel.protocol.records import (
     HEADER,
     HEADER_SIZE,
     BatchHeader,

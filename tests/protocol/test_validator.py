@@ -17,10 +17,10 @@ import zstandard
 from crc32c import crc32c
 from walk_fixtures import T0, batch, body, field, record, records, varint
 
-from protocol import validator
-from protocol.compression import CompressionType, compress, stream_decompress
-from protocol.errors import ProtocolError
-from protocol.records import (
+from semel.protocol import validator
+from semel.protocol.compression import CompressionType, compress, stream_decompress
+from semel.protocol.errors import ProtocolError
+from semel.protocol.records import (
     ATTRIBUTES_OFFSET,
     BATCH_LENGTH_OFFSET,
     CRC_OFFSET,
@@ -34,7 +34,7 @@ from protocol.records import (
     iter_records,
     validate_batches,
 )
-from protocol.validator import (
+from semel.protocol.validator import (
     MAX_RECORD_ERRORS,
     TS_ALL,
     TS_NONE,

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from walk_fixtures import T0, batch, body, varint
 
-from protocol import validator
-from protocol.records import BatchHeader, InvalidRecordError
-from protocol.validator import DONE, INCOMPLETE, SUSPECT, validate_records
+from semel.protocol import validator
+from semel.protocol.records import BatchHeader, InvalidRecordError
+from semel.protocol.validator import DONE, INCOMPLETE, SUSPECT, validate_records
 
 pytestmark = pytest.mark.skipif(validator._recordwalk is None, reason="the C walker is not built")
 

@@ -6,8 +6,8 @@ import struct
 
 from crc32c import crc32c
 
-from protocol.compression import compress
-from protocol.records import (
+from semel.protocol.compression import compress
+from semel.protocol.records import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     HEADER,

@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from broker.security.authorizer import Authorizer
-from broker.server import Broker
-from broker.testing import test_config
+from semel.broker.security.authorizer import Authorizer
+from semel.broker.server import Broker
+from semel.broker.testing import test_config
 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 

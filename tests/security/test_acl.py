@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.security import (
+from semel.broker.security import (
     ANONYMOUS,
     AclOperation,
     AclPermissionType,
@@ -22,15 +22,15 @@ from broker.security import (
     Principal,
     ResourceType,
 )
-from broker.security.acl import AclBinding, AclBindingFilter, from_code, validate_new_acl
-from broker.security.authorizer import (
+from semel.broker.security.acl import AclBinding, AclBindingFilter, from_code, validate_new_acl
+from semel.broker.security.authorizer import (
     AclIndex,
     Authorizer,
     decide,
     decide_by_resource_type,
     parse_super_users,
 )
-from protocol.errors import Error, KafkaError
+from semel.protocol.errors import Error, KafkaError
 
 Op = AclOperation
 ALICE = "User:alice"

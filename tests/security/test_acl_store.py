@@ -12,12 +12,12 @@ import json
 
 import pytest
 
-from broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
-from broker.security.acl import AclBinding, AclBindingFilter
-from broker.security.acl_store import ACLS_FILE, AclStore
-from broker.security.authorizer import Authorizer
-from protocol.errors import Error
-from storage.fs import FaultyFileSystem, MetadataFileError
+from semel.broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
+from semel.broker.security.acl import AclBinding, AclBindingFilter
+from semel.broker.security.acl_store import ACLS_FILE, AclStore
+from semel.broker.security.authorizer import Authorizer
+from semel.protocol.errors import Error
+from semel.storage.fs import FaultyFileSystem, MetadataFileError
 
 READ_ORDERS = AclBinding(
     ResourceType.TOPIC,

@@ -29,14 +29,14 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from broker.security import AclOperation as Op
-from broker.security import AclPermissionType as Perm
-from broker.security import PatternType
-from broker.security import ResourceType as RType
-from broker.security.acl import AclBinding as Acl
-from broker.security.authorizer import Authorizer
-from broker.testing import BrokerThread
-from protocol.errors import Error
+from semel.broker.security import AclOperation as Op
+from semel.broker.security import AclPermissionType as Perm
+from semel.broker.security import PatternType
+from semel.broker.security import ResourceType as RType
+from semel.broker.security.acl import AclBinding as Acl
+from semel.broker.security.authorizer import Authorizer
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
 from tests.javaclient import JavaClientError, run_java
 from tests.kafka_wire import KafkaWire, message
 

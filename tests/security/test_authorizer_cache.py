@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
-from broker.security.acl import AclBinding, AclBindingFilter
-from broker.security.authorizer import MAX_CACHED_DECISIONS, Authorizer
+from semel.broker.security import AclOperation, AclPermissionType, PatternType, ResourceType
+from semel.broker.security.acl import AclBinding, AclBindingFilter
+from semel.broker.security.authorizer import MAX_CACHED_DECISIONS, Authorizer
 
 TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 READ, WRITE = AclOperation.READ, AclOperation.WRITE

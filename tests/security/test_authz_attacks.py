@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from broker.security import CLUSTER_NAME, AclOperation, PatternType
-from broker.security import ResourceType as R
-from broker.testing import BrokerThread
-from protocol.errors import Error
+from semel.broker.security import CLUSTER_NAME, AclOperation, PatternType
+from semel.broker.security import ResourceType as R
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
 from tests.kafka_wire import KafkaWire, make_topic
 from tests.security.test_authz_wire import (
     DELETE_RECORDS,

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from broker.security import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType
-from broker.security import ResourceType as R
-from broker.security.acl import AclBinding
-from broker.security.authorizer import EVERY_ACL
-from broker.testing import BrokerThread
-from protocol.errors import Error
-from protocol.primitives import ZERO_UUID
-from protocol.records import build_batch
+from semel.broker.security import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType
+from semel.broker.security import ResourceType as R
+from semel.broker.security.acl import AclBinding
+from semel.broker.security.authorizer import EVERY_ACL
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
+from semel.protocol.primitives import ZERO_UUID
+from semel.protocol.records import build_batch
 from tests.kafka_wire import KafkaWire, make_topic, message, records_batch
 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

@@ -24,9 +24,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from broker.security.ssl_principal import principal_from_certificate
-from broker.testing import BrokerProcess
-from protocol.errors import Error
+from semel.broker.security.ssl_principal import principal_from_certificate
+from semel.broker.testing import BrokerProcess
+from semel.protocol.errors import Error
 from tests import javaclient
 from tests.kafka_wire import KafkaWire, message
 from tests.security.certs import make_tls_files
@@ -48,7 +48,7 @@ def broker(tmp_path_factory, tls):
     data = tmp_path_factory.mktemp("data")
     for spec in ("SCRAM-SHA-256=[name=bob,password=bob-secret]",
                  "SCRAM-SHA-512=[name=carol,password=carol-secret,iterations=8192]"):
-        subprocess.run([sys.executable, "-m", "broker", "scram", "--data-dir", str(data),
+        subprocess.run([sys.executable, "-m", "semel.broker", "scram", "--data-dir", str(data),
                         "--add", spec], check=True, cwd=ROOT, capture_output=True)
     alice_dn = principal_from_certificate(tls.clients["alice"].der())
     props = {

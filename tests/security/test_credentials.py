@@ -13,14 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli import main
-from broker.security.credentials import (
+from semel.broker.cli import main
+from semel.broker.security.credentials import (
     CREDENTIALS_FILE,
     ScramCredentialStore,
     parse_scram_argument,
 )
-from broker.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, make_credential, salted_password
-from storage.fs import FaultyFileSystem, MetadataFileError
+from semel.broker.security.scram import (
+    SCRAM_SHA_256,
+    SCRAM_SHA_512,
+    make_credential,
+    salted_password,
+)
+from semel.storage.fs import FaultyFileSystem, MetadataFileError
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE = make_credential(SCRAM_SHA_256, "alice-secret", 4096)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.testing import BrokerProcess
+from semel.broker.testing import BrokerProcess
 from tests.kafka_wire import KafkaWire, message
 
 METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 3, 10, 60

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.security.plain import PlainAuthenticationError, PlainServer, parse_plain_jaas
+from semel.broker.security.plain import PlainAuthenticationError, PlainServer, parse_plain_jaas
 
 MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 USERS = {"admin": "admin-secret", "alice": "alice-secret"}

@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.name import _ASN1Type
 from cryptography.x509.oid import NameOID
 
-from broker.config import ConfigError, load_config
-from broker.security import ANONYMOUS, Principal
-from broker.security.ssl_principal import (
+from semel.broker.config import ConfigError, load_config
+from semel.broker.security import ANONYMOUS, Principal
+from semel.broker.security.ssl_principal import (
     CertificateError,
     NoMatchingRule,
     SslPrincipalMapper,

@@ -17,11 +17,11 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from broker.security import AclOperation, PatternType
-from broker.security import ResourceType as R
-from broker.testing import BrokerProcess, BrokerThread
-from protocol.errors import Error
-from protocol.records import build_batch
+from semel.broker.security import AclOperation, PatternType
+from semel.broker.security import ResourceType as R
+from semel.broker.testing import BrokerProcess, BrokerThread
+from semel.protocol.errors import Error
+from semel.protocol.records import build_batch
 from tests.kafka_wire import KafkaWire, create_topic, make_topic, message
 from tests.security.test_authz_wire import acl, grant
 

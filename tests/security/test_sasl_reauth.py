@@ -21,8 +21,8 @@ from typing import Self
 import pytest
 from confluent_kafka import Producer
 
-from broker.testing import BrokerThread
-from protocol.errors import Error
+from semel.broker.testing import BrokerThread
+from semel.protocol.errors import Error
 from tests import javaclient
 from tests.kafka_wire import KafkaWire, message
 

@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kafka.net.sasl.scram import ScramClient
 
-from broker.security import Principal
-from broker.security.sasl import SaslServer, SaslState
-from broker.security.scram import MECHANISMS, make_credential
-from protocol.errors import Error
+from semel.broker.security import Principal
+from semel.broker.security.sasl import SaslServer, SaslState
+from semel.broker.security.scram import MECHANISMS, make_credential
+from semel.protocol.errors import Error
 
 ALL = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 PLAIN_USERS = {"alice": "alice-secret", "bob": "bob-secret"}

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.net.sasl.scram import ScramClient
 
-from broker.security.scram import (
+from semel.broker.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     SCRAM_SHA_256,

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from broker.testing import BrokerProcess
+from semel.broker.testing import BrokerProcess
 from tests import javaclient
 
 

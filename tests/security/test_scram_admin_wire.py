@@ -15,10 +15,10 @@ from confluent_kafka.admin import (
 )
 from kafka.net.sasl.scram import ScramClient
 
-from broker.security import CLUSTER_NAME, AclOperation, ResourceType
-from broker.security.sasl import SaslServer
-from broker.testing import BrokerProcess
-from protocol.errors import Error
+from semel.broker.security import CLUSTER_NAME, AclOperation, ResourceType
+from semel.broker.security.sasl import SaslServer
+from semel.broker.testing import BrokerProcess
+from semel.protocol.errors import Error
 from tests.kafka_wire import API_VERSIONS, KafkaWire, message
 
 DESCRIBE, ALTER = 50, 51

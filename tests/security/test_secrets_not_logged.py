@@ -1,6 +1,6 @@
 """Passwords never appear in logs, errors or metrics (issue 13).
 
-A broker subprocess (``python -m broker serve``, DEBUG logging) with PLAIN users from a JAAS
+A broker subprocess (``python -m semel.broker serve``, DEBUG logging) with PLAIN users from a JAAS
 config, SCRAM users made with ``semel scram`` and with AlterUserScramCredentials, a PKCS12
 keystore and truststore with a password, and the Prometheus endpoint on. Clients then
 authenticate with right and wrong passwords over every mechanism, an admin describes the
@@ -31,8 +31,8 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from broker.testing import BrokerProcess
-from protocol.errors import Error
+from semel.broker.testing import BrokerProcess
+from semel.protocol.errors import Error
 from tests.kafka_wire import KafkaWire, message
 from tests.security.certs import make_tls_files
 
@@ -74,7 +74,7 @@ def tls(tmp_path_factory):
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, tls):
     data = tmp_path_factory.mktemp("data")
-    done = subprocess.run([sys.executable, "-m", "broker", "scram", "--data-dir", str(data),
+    done = subprocess.run([sys.executable, "-m", "semel.broker", "scram", "--data-dir", str(data),
                            "--add", f"SCRAM-SHA-256=[name=scrammy,password={SCRAM_PASSWORD}]"],
                           check=True, cwd=ROOT, capture_output=True, text=True)
     assert "scrammy" in done.stdout + done.stderr  # it reports what it stored...
@@ -221,7 +221,7 @@ def test_no_secret_in_logs_answers_metrics_or_files(broker, tls):
 def serve_fails(tmp_path: Path, settings: dict[str, str], env: dict[str, str] | None = None
                 ) -> str:
     """Start `semel serve` with these settings; it must refuse to start. Its output."""
-    args = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1", "--port", "0",
+    args = [sys.executable, "-m", "semel.broker", "serve", "--host", "127.0.0.1", "--port", "0",
             "--data-dir", str(tmp_path / "data"), "--log-level", "DEBUG"]
     for key, value in settings.items():
         args += ["--set", f"{key}={value}"]

@@ -16,8 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, load_config
-from broker.security.tls import CIPHER_SUITES, build_server_context, principal_from_certificate
+from semel.broker.config import BrokerConfig, ConfigError, load_config
+from semel.broker.security.tls import (
+    CIPHER_SUITES,
+    build_server_context,
+    principal_from_certificate,
+)
 from tests.security.certs import CertificateAuthority, TlsFiles, client_name, make_tls_files
 
 SECRET = "test-secret"

@@ -24,10 +24,10 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from broker.security import AclOperation
-from broker.security import ResourceType as R
-from broker.security.acl import AclBindingFilter
-from broker.testing import BrokerThread
+from semel.broker.security import AclOperation
+from semel.broker.security import ResourceType as R
+from semel.broker.security.acl import AclBindingFilter
+from semel.broker.testing import BrokerThread
 from tests import javaclient
 from tests.kafka_wire import make_topic
 from tests.security.test_authz_wire import acl, grant

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protocol.records import BatchHeader, build_batch, iter_batches, iter_records
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.partition_log import PartitionLog
-from storage.recovery import open_partition_log
-from storage.topic_partition import TopicPartition
+from semel.protocol.records import BatchHeader, build_batch, iter_batches, iter_records
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.partition_log import PartitionLog
+from semel.storage.recovery import open_partition_log
+from semel.storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 

@@ -7,7 +7,7 @@ import errno
 
 import pytest
 
-from storage.fs import FaultyFileSystem, RealFileSystem
+from semel.storage.fs import FaultyFileSystem, RealFileSystem
 
 
 def test_pwrite_pread_truncate(tmp_path):

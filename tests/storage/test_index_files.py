@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from storage.fs import RealFileSystem
-from storage.offset_index import CorruptIndexError, OffsetIndex
-from storage.time_index import TimeIndex
+from semel.storage.fs import RealFileSystem
+from semel.storage.offset_index import CorruptIndexError, OffsetIndex
+from semel.storage.time_index import TimeIndex
 
 FS = RealFileSystem()
 

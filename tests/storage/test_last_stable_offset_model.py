@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from log_helpers import make_batch, open_log
 
-from protocol.records import (
+from semel.protocol.records import (
     ControlType,
     build_control_batch,
     iter_batches,
     iter_records,
     parse_control_record,
 )
-from storage.config import LogConfig
+from semel.storage.config import LogConfig
 
 CONFIG = LogConfig(segment_bytes=500)
 TXN_PRODUCERS = (1, 2, 3)
@@ -100,7 +100,7 @@ def test_last_stable_offset_and_aborted_transactions(data):
                 else data.draw(st.sampled_from(TXN_PRODUCERS), label="pid")
             )
             seq = model.sequence.get(pid, 0)
-            from protocol.records import build_batch
+            from semel.protocol.records import build_batch
 
             result = plog.append(
                 build_batch(
@@ -162,7 +162,7 @@ def test_replay_keeps_open_transactions_in_first_offset_order(tmp_path):
     """A restart replays the log segment by segment: a producer first met through a marker
     that closes nothing, then another producer's transaction, then the first producer's -
     the oldest open transaction must still bound the LSO."""
-    from protocol.records import build_batch
+    from semel.protocol.records import build_batch
 
     def txn(pid: int, seq: int) -> bytes:
         return build_batch(
@@ -199,8 +199,8 @@ def test_durable_last_stable_offset_stays_below_the_fsynced_end_and_wakes_listen
 
     from log_helpers import FakeClock
 
-    from protocol.records import build_batch
-    from storage.log_manager import LogManager
+    from semel.protocol.records import build_batch
+    from semel.storage.log_manager import LogManager
 
     async def run():
         manager = LogManager(tmp_path, default_config=LogConfig(), clock=FakeClock())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.errors import Error, KafkaError
-from storage.config import (
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.config import (
     CONFIG_DEFS_BY_NAME,
     TOPIC_CONFIG_DEFS,
     LogConfig,

@@ -9,11 +9,11 @@ import errno
 import pytest
 from log_helpers import FakeClock, make_batch, offsets, read_all, values
 
-from protocol.errors import Error, KafkaError
-from protocol.records import build_batch
-from storage.config import LogConfig
-from storage.fs import FaultyFileSystem
-from storage.log_manager import LogManager
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.records import build_batch
+from semel.storage.config import LogConfig
+from semel.storage.fs import FaultyFileSystem
+from semel.storage.log_manager import LogManager
 
 
 async def started(data_dir, fs=None, flush_mode="fsync", config=None, clock=None):

@@ -10,9 +10,9 @@ import uuid
 import pytest
 from log_helpers import FakeClock, make_batch, offsets
 
-from protocol.errors import Error, KafkaError
-from storage.config import LogConfig
-from storage.log_manager import LogManager, kafka_uuid_string, validate_topic_name
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.config import LogConfig
+from semel.storage.log_manager import LogManager, kafka_uuid_string, validate_topic_name
 
 
 async def started(data_dir, clock=None, flush_mode="none", **config):

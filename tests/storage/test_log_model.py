@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from log_helpers import FakeClock, headers, open_log, read_all
 
-from protocol.records import build_batch, iter_batches, iter_records
-from storage.config import LogConfig
+from semel.protocol.records import build_batch, iter_batches, iter_records
+from semel.storage.config import LogConfig
 
 T0 = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=64, segment_index_bytes=8 * 5)

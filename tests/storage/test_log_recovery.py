@@ -9,8 +9,8 @@ import os
 import pytest
 from log_helpers import make_batch, open_log, read_all
 
-from storage.config import LogConfig
-from storage.fs import FaultyFileSystem
+from semel.storage.config import LogConfig
+from semel.storage.fs import FaultyFileSystem
 
 CONFIG = LogConfig(segment_bytes=2000, index_interval_bytes=300)
 

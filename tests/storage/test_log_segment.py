@@ -10,10 +10,10 @@ import pytest
 from kafka.record import MemoryRecords
 from log_helpers import make_batch
 
-from protocol.records import BatchHeader, set_base_offset
-from storage.fs import FaultyFileSystem, RealFileSystem
-from storage.offset_index import WRITE_EVERY
-from storage.segment import (
+from semel.protocol.records import BatchHeader, set_base_offset
+from semel.storage.fs import FaultyFileSystem, RealFileSystem
+from semel.storage.offset_index import WRITE_EVERY
+from semel.storage.segment import (
     AppendedBatch,
     LogSegment,
     parse_segment_file_name,

@@ -9,9 +9,9 @@ import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from log_helpers import FakeClock, headers, make_batch, offsets, open_log, read_all, values
 
-from protocol import validator
-from protocol.errors import Error, KafkaError
-from protocol.records import (
+from semel.protocol import validator
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.records import (
     CREATE_TIME,
     LOG_APPEND_TIME,
     BatchHeader,
@@ -19,8 +19,8 @@ from protocol.records import (
     set_max_timestamp_and_type,
     validate_batches,
 )
-from storage.config import LogConfig
-from storage.partition_log import RecordValidationError
+from semel.storage.config import LogConfig
+from semel.storage.partition_log import RecordValidationError
 from tests.protocol.walk_fixtures import batch, records
 
 T0 = 1_700_000_000_000

@@ -12,11 +12,11 @@ import pytest
 from crc32c import crc32c
 from log_helpers import FakeClock, make_batch, open_log
 
-from protocol.errors import Error, KafkaError
-from storage.config import LogConfig
-from storage.fs import FaultyFileSystem
-from storage.log_manager import LogManager
-from storage.producer_state import (
+from semel.protocol.errors import Error, KafkaError
+from semel.storage.config import LogConfig
+from semel.storage.fs import FaultyFileSystem
+from semel.storage.log_manager import LogManager
+from semel.storage.producer_state import (
     BatchMetadata,
     CorruptSnapshotError,
     ProducerStateEntry,

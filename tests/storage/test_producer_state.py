@@ -9,11 +9,11 @@ import errno
 import pytest
 from log_helpers import FakeClock, make_batch, offsets, open_log, read_all
 
-from protocol.errors import Error, KafkaError
-from protocol.records import build_control_batch
-from storage.config import LogConfig
-from storage.fs import FaultyFileSystem
-from storage.producer_state import (
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.records import build_control_batch
+from semel.storage.config import LogConfig
+from semel.storage.fs import FaultyFileSystem
+from semel.storage.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
     ProducerStateEntry,
@@ -350,7 +350,7 @@ def test_unreplicated_completed_transaction_waits_for_the_high_watermark(tmp_pat
     import asyncio
 
     async def run():
-        from storage.log_manager import LogManager
+        from semel.storage.log_manager import LogManager
 
         manager = LogManager(tmp_path, default_config=LogConfig(), clock=FakeClock())
         await manager.start()

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from log_helpers import open_log, read_all
 from log_helpers import values as log_values
 
-from protocol.errors import Error, KafkaError
-from protocol.records import build_batch
-from storage.config import LogConfig
+from semel.protocol.errors import Error, KafkaError
+from semel.protocol.records import build_batch
+from semel.storage.config import LogConfig
 
 MAX_IN_FLIGHT = 5
 PRODUCERS = (11, 12)

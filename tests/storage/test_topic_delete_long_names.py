@@ -10,7 +10,7 @@ import uuid
 
 from log_helpers import make_batch
 
-from storage.log_manager import MAX_FILE_NAME, doomed_dir_name
+from semel.storage.log_manager import MAX_FILE_NAME, doomed_dir_name
 from tests.storage.test_log_manager import started
 
 LONG = "t" * 249

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from log_helpers import FakeClock, make_batch, open_log
 
-from protocol.records import build_control_batch
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.offset_index import CorruptIndexError
-from storage.transaction_index import ENTRY_SIZE, AbortedTxn, TransactionIndex, decode_entries
+from semel.protocol.records import build_control_batch
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.offset_index import CorruptIndexError
+from semel.storage.transaction_index import ENTRY_SIZE, AbortedTxn, TransactionIndex, decode_entries
 
 
 def txn_batch(pid: int, seq: int, count: int = 1, *, epoch: int = 0, value_size: int = 10) -> bytes:

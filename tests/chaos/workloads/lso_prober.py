@@ -21,7 +21,7 @@ BACK_OFFSETS = 20
 
 def probe_lso(direct: Callable[[], str], history: History, topic: str, partitions: int,
               stop_event: threading.Event, interval_s: float = 0.1) -> None:
-    from protocol.records import iter_batches
+    from semel.protocol.records import iter_batches
     from tests.kafka_wire import FETCH, KafkaWire, fetch_request
 
     position = dict.fromkeys(range(partitions), 0)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.records import BatchHeader, build_batch, build_control_batch, iter_records
-from storage.cleaner.filter import BatchFilter, build_offset_map
-from storage.cleaner.offset_map import OffsetMap
-from storage.transaction_index import AbortedTxn
+from semel.protocol.records import BatchHeader, build_batch, build_control_batch, iter_records
+from semel.storage.cleaner.filter import BatchFilter, build_offset_map
+from semel.storage.cleaner.offset_map import OffsetMap
+from semel.storage.transaction_index import AbortedTxn
 
 T0 = 1_700_000_000_000
 

@@ -8,19 +8,19 @@ import os
 
 import pytest
 
-from protocol.records import BatchHeader
-from storage.checkpoint import read_offset_checkpoint
-from storage.cleaner.cleaner import (
+from semel.protocol.records import BatchHeader
+from semel.storage.checkpoint import read_offset_checkpoint
+from semel.storage.cleaner.cleaner import (
     CLEANER_OFFSET_CHECKPOINT,
     CleanerCheckpoint,
     _aborted_transactions,
     clean_partition,
 )
-from storage.cleaner.process import CleanerError, CleanerProcess, CleanerThread
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.log_manager import LogManager
-from storage.topic_partition import TopicPartition
+from semel.storage.cleaner.process import CleanerError, CleanerProcess, CleanerThread
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.log_manager import LogManager
+from semel.storage.topic_partition import TopicPartition
 from tests.storage.cleaner.history import T0, History, read
 from tests.storage.cleaner.test_filter import latest_per_key
 from tests.storage.log_helpers import TP, FakeClock, open_log, read_all

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.records import BatchHeader, ControlType, iter_records, validate_batches
-from storage.cleaner.filter import build_offset_map, control_type
-from storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
+from semel.protocol.records import BatchHeader, ControlType, iter_records, validate_batches
+from semel.storage.cleaner.filter import build_offset_map, control_type
+from semel.storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from tests.storage.cleaner.history import T0, History, clean, headers, read
 
 DAY = 86_400_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from storage.cleaner.offset_map import OffsetMap
+from semel.storage.cleaner.offset_map import OffsetMap
 
 
 def test_a_full_map_stays_within_its_buffer():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from storage.cleaner.selection import cleanable_range, filthiest, log_to_clean
-from storage.topic_partition import TopicPartition
+from semel.storage.cleaner.selection import cleanable_range, filthiest, log_to_clean
+from semel.storage.topic_partition import TopicPartition
 
 NOW = 1_700_000_000_000
 TP = TopicPartition("t", 0)

@@ -10,19 +10,19 @@ import os
 
 import pytest
 
-from protocol.records import BatchHeader, iter_batches, iter_records
-from storage.cleaner.filter import BatchFilter, build_offset_map
-from storage.cleaner.offset_map import OffsetMap
-from storage.cleaner.writer import (
+from semel.protocol.records import BatchHeader, iter_batches, iter_records
+from semel.storage.cleaner.filter import BatchFilter, build_offset_map
+from semel.storage.cleaner.offset_map import OffsetMap
+from semel.storage.cleaner.writer import (
     SegmentFile,
     file_batches,
     group_segments,
     open_cleaned,
     write_cleaned,
 )
-from storage.config import LogConfig
-from storage.fs import FaultyFileSystem, RealFileSystem
-from storage.segment import SWAP_SUFFIX
+from semel.storage.config import LogConfig
+from semel.storage.fs import FaultyFileSystem, RealFileSystem
+from semel.storage.segment import SWAP_SUFFIX
 from tests.storage.cleaner.history import T0, History
 from tests.storage.cleaner.test_writer import history
 from tests.storage.log_helpers import FakeClock, open_log, read_all

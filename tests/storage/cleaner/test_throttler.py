@@ -4,7 +4,7 @@ bytes-a-second limit (log.cleaner.io.max.bytes.per.second) and semel's CPU budge
 
 from __future__ import annotations
 
-from storage.cleaner.worker import Throttler
+from semel.storage.cleaner.worker import Throttler
 
 
 class Clocks:

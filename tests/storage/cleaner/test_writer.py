@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import os
 
-from protocol.records import BatchHeader, iter_batches
-from storage.cleaner.filter import BatchFilter, build_offset_map
-from storage.cleaner.offset_map import OffsetMap
-from storage.cleaner.writer import (
+from semel.protocol.records import BatchHeader, iter_batches
+from semel.storage.cleaner.filter import BatchFilter, build_offset_map
+from semel.storage.cleaner.offset_map import OffsetMap
+from semel.storage.cleaner.writer import (
     SegmentFile,
     file_batches,
     group_segments,
     open_cleaned,
     write_cleaned,
 )
-from storage.config import LogConfig
-from storage.fs import RealFileSystem
-from storage.segment import CLEANED_SUFFIX, LogSegment
+from semel.storage.config import LogConfig
+from semel.storage.fs import RealFileSystem
+from semel.storage.segment import CLEANED_SUFFIX, LogSegment
 from tests.storage.cleaner.history import T0, History, headers
 from tests.storage.log_helpers import FakeClock, open_log
 
