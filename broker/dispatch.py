@@ -81,6 +81,8 @@ class Dispatcher:
         lo, hi = self.supported[api_key]
         if not lo <= version <= hi:
             if api_key == API_VERSIONS:
+                if self.metrics is not None:
+                    self.metrics.count_error(API_VERSIONS, Error.UNSUPPORTED_VERSION)
                 return self._unsupported_api_versions(correlation_id)
             raise CloseConnection(f"unsupported version {version} of api {api_key}",
                                   "unsupported_version")
@@ -92,18 +94,27 @@ class Dispatcher:
         except ProtocolError as e:
             raise CloseConnection(f"malformed {api.BY_KEY[api_key].name} v{version}: {e}") from None
         ctx = RequestContext(header, self.broker, session, release)
+        interceptor = self.broker.interceptor  # tests' fault injection (semel.broker.testing)
+        fault = None if interceptor is None else interceptor.intercept(
+            api_key, header, request, session)
         try:
-            response = await handler.handle(ctx, request)
+            if fault is not None and fault.error is not None:
+                response = handler.error_response(request, fault.error)
+            else:
+                response = await handler.handle(ctx, request)
         except KafkaError as e:
             log.debug("%s failed: %s", api.BY_KEY[api_key].name, e)
             response = handler.error_response(request, e.code)
+        if fault is not None and await fault.after_handling():
+            return None  # the response is dropped (or the connection closed instead)
         if response is None:  # acks=0 produce
             return None
         out = FrameBuilder(4)  # size prefix, filled in by chunks()
         out += encode_response_header(correlation_id, api.response_header_version(api_key, version))
         api.codec(api_key, "response").encode(version, response, out)
         if self.metrics is not None:
-            self.metrics.observe_request(api_key, time.perf_counter() - started)
+            # latency, and the error codes in the response (which: broker/metrics.py)
+            self.metrics.observe_request(api_key, time.perf_counter() - started, response)
         return out.chunks()
 
     def _raw_token(self, frame: memoryview, session: Session) -> list:

@@ -66,6 +66,8 @@ class Broker:
         self.clock = clock
         self.monotonic_ms = monotonic
         self.metrics = BrokerMetrics()
+        # tests' request interception (semel.broker.testing.Faults); None in production
+        self.interceptor = None
         self.metrics_port: int | None = None
         # broker.security.authorizer.Authorizer when authorizer.class.name is set, else None
         self.authorizer = None
@@ -121,6 +123,7 @@ class Broker:
             principals=self.producer_principals)
         self.log_manager.on_high_watermark = self.fetch_waiters.notify
         self.dispatcher = Dispatcher(self)
+        self.metrics.bind(self)  # scrapes read the broker's groups and configuration
         self._servers: list[asyncio.base_events.Server] = []
         self.endpoints = [
             ListenerEndpoint(config.listener_security(listener.name), listener.host,
@@ -234,6 +237,26 @@ class Broker:
                 await self.expire_producer_principals()
             except Exception:
                 log.exception("producer principal expiration failed")
+
+    async def run_time_jobs(self) -> None:
+        """Run now every job that acts on the clock's time: group timers that are due,
+        transaction timeouts (and the completions they start), transactional id and
+        producer id expiry, retention and the log cleaner. The periodic tasks run the same
+        jobs on their own schedule; a test that moved the clock (semel.broker.testing's
+        virtual time) calls this so their effects follow at once."""
+        self.group_coordinator.fire_due_timers()
+        await self.txn_coordinator.abort_timed_out_transactions()
+        await self.txn_coordinator.wait_completions()
+        await self.txn_coordinator.remove_expired_transactional_ids()
+        await self.log_manager.run_producer_expiration()
+        if self.producer_principals is not None:
+            await self.expire_producer_principals()
+        await self.log_manager.run_retention()
+        if self.log_manager.cleaner_enable:
+            for _ in range(len(self.log_manager.logs) + 1):  # each cleaning lowers the dirt
+                if await self.log_manager.run_cleaner_once() is None:
+                    break
+        await self.group_coordinator.wait_writes()
 
     async def __aenter__(self) -> Self:
         await self.start()

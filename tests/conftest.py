@@ -6,6 +6,9 @@ import pytest
 
 from semel.broker.testing import BrokerThread
 
+# tests/plugin runs pytest inside pytest to try the plugin as a user's suite would
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture
 def broker(tmp_path):

@@ -43,28 +43,50 @@ _LOAD_YIELD_BATCHES = 256
 
 
 class LoopTimer:
-    """Keyed timers on the event loop; ``after_fire`` runs after each callback."""
+    """Keyed timers on the event loop; ``after_fire`` runs after each callback.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, after_fire: Callable[[], None]) -> None:
+    Each timer also keeps its deadline on the coordinator's clock: when a test moves that
+    clock ahead (virtual time), ``fire_due`` runs the timers it made due at once, in deadline
+    order, instead of waiting for the loop's own (real-time) timer."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, after_fire: Callable[[], None],
+                 clock: Callable[[], int]) -> None:
         self.loop = loop
         self.after_fire = after_fire
-        self.handles: dict[str, asyncio.TimerHandle] = {}
+        self.clock = clock
+        self.handles: dict[str, tuple[int, asyncio.TimerHandle, Callable[[], None]]] = {}
 
     def schedule(self, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
-        old = self.handles.pop(key, None)
-        if old is not None:
-            old.cancel()
-        self.handles[key] = self.loop.call_later(max(delay_ms, 0) / 1000, self._fire, key, fn)
+        self.cancel(key)
+        delay_ms = max(delay_ms, 0)
+        handle = self.loop.call_later(delay_ms / 1000, self._fire, key, fn)
+        self.handles[key] = (self.clock() + delay_ms, handle, fn)
 
     def cancel(self, key: str) -> None:
-        handle = self.handles.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        entry = self.handles.pop(key, None)
+        if entry is not None:
+            entry[1].cancel()
 
     def cancel_all(self) -> None:
-        for handle in self.handles.values():
+        for _, handle, _ in self.handles.values():
             handle.cancel()
         self.handles.clear()
+
+    def fire_due(self) -> int:
+        """Fire the timers whose deadline the clock has reached; how many fired. A fired
+        timer may schedule others: those that are due fire too."""
+        fired = 0
+        while True:
+            now = self.clock()
+            due = [(deadline, key) for key, (deadline, _, _) in self.handles.items()
+                   if deadline <= now]
+            if not due:
+                return fired
+            _, key = min(due)
+            _, handle, fn = self.handles[key]
+            handle.cancel()
+            self._fire(key, fn)
+            fired += 1
 
     def _fire(self, key: str, fn: Callable[[], None]) -> None:
         self.handles.pop(key, None)
@@ -92,7 +114,7 @@ class GroupCoordinator:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.timer = LoopTimer(loop, self._drain)
+        self.timer = LoopTimer(loop, self._drain, self.clock)
         info = self.log_manager.topics.get(GROUP_METADATA_TOPIC_NAME)
         num_partitions = info.num_partitions if info is not None \
             else self.config.offsets_topic_num_partitions
@@ -148,6 +170,16 @@ class GroupCoordinator:
             log.error("cannot create %s: %s", GROUP_METADATA_TOPIC_NAME, e)
             return Error.COORDINATOR_NOT_AVAILABLE
         return Error.NONE
+
+    def fire_due_timers(self) -> int:
+        """Fire the timers the clock has made due (a test moved it ahead); how many."""
+        return self.timer.fire_due() if self.active and self.timer is not None else 0
+
+    async def wait_writes(self) -> None:
+        """Until the writes in flight now (offsets, group metadata) are durable."""
+        pending = [f for futures in self._inflight.values() for f in futures]
+        if pending:
+            await asyncio.wait(pending)
 
     def _call(self, fn: Callable[..., Any], *args) -> Any:
         try:

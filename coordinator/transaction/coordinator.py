@@ -178,8 +178,10 @@ class TransactionCoordinator:
         self.active = False
         self.loading: set[int] = set()
         self.txns: dict[str, TxnMetadata] = {}
-        # test hook: awaited after PREPARE_* is durable, before any marker is written
+        # test hooks: awaited after PREPARE_* is durable, before any marker is written; and
+        # after every marker is written, before COMPLETE_* is
         self.before_markers: Callable[[str, TxnMetadata], Awaitable[None]] | None = None
+        self.before_complete: Callable[[str, TxnMetadata], Awaitable[None]] | None = None
         self._ops: set[asyncio.Task] = set()
         self._completions: dict[str, asyncio.Task] = {}
         self._background: list[asyncio.Task] = []
@@ -588,6 +590,8 @@ class TransactionCoordinator:
                     retry = True
             if retry:
                 await asyncio.sleep(backoff)
+        if self.before_complete is not None:
+            await self.before_complete(transactional_id, md)
         while True:
             if not self._owns(transactional_id, md):
                 return
