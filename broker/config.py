@@ -499,6 +499,12 @@ class BrokerConfig:
         hi=INT32_MAX,
         semel="semel's own key (Kafka has no limit)",
     )
+    metrics_internal_topics_enable: bool = _bool(
+        False,
+        "Export per-partition metrics (offsets, size, consumer group lag) for the internal "
+        "topics __consumer_offsets and __transaction_state too.",
+        semel="semel's own key",
+    )
     metrics_listener: Endpoint | None = _custom(  # noqa: RUF009 (returns a field())
         None,
         "host:port of the Prometheus /metrics HTTP endpoint; empty = off.",

@@ -32,7 +32,9 @@ flushed, never for a trickled byte; ``partial_since`` is when the unfinished req
 being received began; ``close_at`` is when a connection whose authentication failed is
 closed (``connection.failed.authentication.delay.ms`` after the answer). The server closes a
 connection idle past ``connections.max.idle.ms``, with a request unfinished past
-``socket.request.read.timeout.ms``, or past its ``close_at``.
+``socket.request.read.timeout.ms``, or past its ``close_at``. A request's queue time (the
+``semel_request_queue_time_seconds`` histogram) runs from the read that completed its frame
+to its start.
 
 Bad input (framing errors, malformed or unsupported requests, timeouts) closes the
 connection, is counted in ``semel_bad_input_total{reason}`` and logged once per connection
@@ -101,6 +103,10 @@ class Connection(asyncio.BufferedProtocol):
         self.bad_input_seen = False
         self.last_active = broker.monotonic_ms()
         self.partial_since: int | None = None
+        # request queue time (perf_counter ns): when the next frame to start was read whole
+        # (None: no whole frame waiting), and when the last bytes arrived
+        self.ready_ns: int | None = None
+        self.read_ns = 0
         self.close_at: int | None = None  # failed authentication: closed at this monotonic ms
         self.session = Session(self.ip)
 
@@ -150,6 +156,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.reader.buffer_updated(nbytes)
+        self.read_ns = perf_counter_ns()
+        if self.ready_ns is None and self.reader.frame_ready:
+            self.ready_ns = self.read_ns
         self._pump()
 
     # -- requests -----------------------------------------------------------------------
@@ -201,7 +210,17 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if frame is None:
                 return
+            self._queued(perf_counter_ns())
             self._start(frame)
+
+    def _queued(self, now_ns: int) -> None:
+        """Observe the request queue time of the frame starting now: since the read that
+        completed it; for a frame that arrived whole behind others, since the latest read
+        (its own may have been earlier: a lower bound)."""
+        ready = self.ready_ns
+        if ready is not None:
+            self.broker.metrics.queue_time.observe((now_ns - ready) / 1e9)
+        self.ready_ns = self.read_ns if self.reader.frame_ready else None
 
     def _scheduled_pump(self) -> None:
         self.pump_scheduled = False

@@ -129,12 +129,14 @@ async def handle(ctx, req: FetchRequest) -> FetchResponse:
         if cache.get(session.id) is not session or session.epoch != expected_epoch:
             return FetchResponse(error_code=Error.INVALID_FETCH_SESSION_EPOCH,
                                  session_id=session.id)
+        _count_bytes_out(ctx, reads)
         return FetchResponse(session_id=session.id,
                              responses=_grouped(_changed(session, reads), by_id))
     session_id = INVALID_SESSION_ID
     if epoch == INITIAL_EPOCH:
         session_id = cache.create({r.key: _cached(r) for r in reads}, by_id,
                                   ctx.broker.monotonic_ms())
+    _count_bytes_out(ctx, reads)
     return FetchResponse(session_id=session_id, responses=_grouped(reads, by_id))
 
 
@@ -270,6 +272,16 @@ def _read_all(reads: list[_Read], req: FetchRequest, version: int) -> tuple[int,
         response.aborted_transactions = aborted
         response.records = records
     return total, read_error
+
+
+def _count_bytes_out(ctx, reads: list[_Read]) -> None:
+    """Add the record bytes this response returns to the per-topic count (BytesOut; an
+    incremental response leaves out only partitions without records)."""
+    counts = ctx.broker.metrics.topic_bytes_out
+    for read in reads:
+        records = read.response.records
+        if records:
+            counts[read.topic] = counts.get(read.topic, 0) + len(records)
 
 
 def _upper_bound(plog, read_committed: bool) -> int:

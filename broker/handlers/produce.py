@@ -234,6 +234,7 @@ def _append_all(ctx, req: ProduceRequest, entries: list[_Entry],
     failed = False
     internal_allowed = _internal_allowed(ctx)
     waits: list[tuple[_Entry, int]] = []
+    topic_in = ctx.broker.metrics.topic_in  # topic -> [bytes, records] (broker/metrics.py)
     for entry in entries:
         response = entry.response
         if entry.topic in INTERNAL_TOPICS and not internal_allowed:
@@ -260,6 +261,12 @@ def _append_all(ctx, req: ProduceRequest, entries: list[_Entry],
         response.base_offset = result.base_offset
         response.log_append_time_ms = result.log_append_time
         response.log_start_offset = result.log_start_offset
+        if not result.duplicate:
+            counts = topic_in.get(entry.topic)
+            if counts is None:
+                counts = topic_in[entry.topic] = [0, 0]
+            counts[0] += len(entry.records)
+            counts[1] += entry.header.record_count
         if acks == -1 and plog.high_watermark < result.next_offset:
             waits.append((entry, result.next_offset))
     return waits, failed
