@@ -40,6 +40,15 @@ class CorruptIndexError(Exception):
     pass
 
 
+def decode_entries(data: bytes | memoryview, base_offset: int) -> list[tuple[int, int]]:
+    """(absolute offset, position) of every whole entry in the bytes of an index file, in
+    file order and unchecked (a read-only view for tools such as dump-log; a partial last
+    entry is left out)."""
+    view = memoryview(data)
+    whole = view[: len(view) - len(view) % ENTRY_SIZE]
+    return [(base_offset + rel, position) for rel, position in ENTRY.iter_unpack(whole)]
+
+
 class DeferredEntries:
     """The newest entries of an index file, not written yet: ``file_entries`` are in the
     file, ``pending`` (packed) follow them."""

@@ -13,6 +13,9 @@ than `index.interval.bytes` were written since the last index entry, add an offs
 entry (batch last offset, batch position) and a time index entry (max timestamp so far,
 offset of that timestamp's batch).
 
+`LogFileReader` walks the batches of one `.log` file read-only, outside any log (the
+dump-log tool).
+
 Threading: everything runs on the event loop except `flush()`, which the log manager's
 flusher calls from an executor thread (fsync only; handles are not closed while pinned).
 """
@@ -24,6 +27,7 @@ import os
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, Self
 
 from semel.protocol.records import (
     HEADER_SIZE,
@@ -598,9 +602,111 @@ class LogSegment:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
 
 
+# -- a read-only view of one .log file, for tools ---------------------------------------------
+
+
+class LogFileBatch(NamedTuple):
+    """One whole batch of a `.log` file: where it starts, its header (read from `data`, so
+    `header.position` is 0) and its bytes. Nothing is checked beyond the framing: the CRC is
+    the reader's to verify (protocol.records.validate_batches)."""
+
+    position: int
+    header: BatchHeader
+    data: bytes
+
+
+class LogFileReader:
+    """Read-only access to the batches of a standalone `.log` file (dump-log).
+
+    It opens the file O_RDONLY and never writes, locks or truncates it, so a segment a
+    running broker is appending to can be read: the walk covers the bytes present when the
+    reader was opened (`size`). `batches()` yields every whole batch from a position and
+    then leaves `valid_end` (where the last whole batch ended) and `stop_reason`: None at
+    the end of the file (or of the `end` the caller gave), else why the walk stopped early:
+    a torn tail (a batch header or batch cut off by the end of the file) or bytes that
+    cannot be a batch (batch length below the minimum, magic not 2).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = os.fspath(path)
+        self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self.size = os.fstat(self._fd).st_size
+        self.valid_end = 0
+        self.stop_reason: str | None = None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def batches(self, position: int = 0, end: int | None = None) -> Iterator[LogFileBatch]:
+        """Every whole batch from `position` (a batch start) up to `end` (default: the
+        file's size). A batch crossing a caller's `end` inside the file is not a torn tail:
+        the walk just stops there."""
+        file_end = self.size
+        end = file_end if end is None else min(end, file_end)
+        self.valid_end, self.stop_reason = position, None
+        pos = position
+        chunk_size = FIRST_SCAN_CHUNK * 16
+        while pos < end:
+            chunk = os.pread(self._fd, min(chunk_size, end - pos), pos)
+            chunk_size = min(chunk_size * 2, RECOVER_CHUNK)
+            if len(chunk) < HEADER_SIZE:
+                if end == file_end:
+                    self.stop_reason = (
+                        f"torn tail: {end - pos} bytes remain at position {pos}, a batch "
+                        f"header needs {HEADER_SIZE}"
+                    )
+                return
+            found = False
+            try:
+                for header in iter_batches(chunk):
+                    data = chunk[header.position : header.position + header.size]
+                    self.valid_end = pos + header.position + header.size
+                    found = True
+                    yield LogFileBatch(pos + header.position, BatchHeader(data), data)
+            except CorruptRecordError as exc:
+                self.stop_reason = f"{exc.reason} at position {pos + (exc.position or 0)}"
+                return
+            if found:
+                pos = self.valid_end
+                continue
+            size = BatchHeader(chunk).size  # iter_batches raised had the length been invalid
+            data = os.pread(self._fd, size, pos) if pos + size <= end else b""
+            if len(data) < size:  # a batch cut off by the end (or a file cut meanwhile)
+                if end == file_end:
+                    self.stop_reason = (
+                        f"torn tail: the batch at position {pos} needs {size} bytes, "
+                        f"{end - pos} remain"
+                    )
+                return
+            self.valid_end = pos + size
+            yield LogFileBatch(pos, BatchHeader(data), data)
+            pos += size
+
+    def header_at(self, position: int) -> BatchHeader:
+        """The header of the batch at `position`; CorruptRecordError when there is none
+        (past the end, cut off, or bytes that cannot be a batch header)."""
+        data = os.pread(self._fd, HEADER_SIZE, position)
+        header = BatchHeader(data)  # raises when fewer than HEADER_SIZE bytes came back
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.magic != MAGIC:
+            raise CorruptRecordError(f"no batch at position {position}", position)
+        if position + header.size > self.size:
+            raise CorruptRecordError(f"the batch at position {position} is cut off", position)
+        return header
+
+
 __all__ = [
     "AppendedBatch",
     "CorruptIndexError",
+    "LogFileBatch",
+    "LogFileReader",
     "LogSegment",
     "SegmentRollbackError",
     "parse_segment_file_name",

@@ -27,6 +27,15 @@ ENTRY_SIZE = ENTRY.size
 NO_TIMESTAMP = -1
 
 
+def decode_entries(data: bytes | memoryview, base_offset: int) -> list[tuple[int, int]]:
+    """(timestamp, absolute offset) of every whole entry in the bytes of a time index file,
+    in file order and unchecked (a read-only view for tools such as dump-log; a partial last
+    entry is left out)."""
+    view = memoryview(data)
+    whole = view[: len(view) - len(view) % ENTRY_SIZE]
+    return [(timestamp, base_offset + rel) for timestamp, rel in ENTRY.iter_unpack(whole)]
+
+
 class TimeIndex:
     __slots__ = (
         "_deferred",
