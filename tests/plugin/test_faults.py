@@ -192,3 +192,55 @@ def test_sigkill_before_the_produce_response(semel_broker_factory):
     broker.start()
     assert producer.flush(30) == 0
     assert values_of(broker.bootstrap, "unanswered") == [b"once"]
+
+
+def test_a_dropped_produce_response_is_retried_once_by_aiokafka(semel_broker):
+    """The broker stores the batch and never answers: aiokafka's request times out, it sends
+    the batch again on a new connection, and the producer state answers the duplicate."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    bootstrap = semel_broker.bootstrap
+    create(bootstrap, "unanswered-once")
+    rule = semel_broker.faults.drop_response("Produce", topic="unanswered-once")
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
+                                    request_timeout_ms=1000, retry_backoff_ms=50)
+        await producer.start()
+        try:
+            await asyncio.wait_for(producer.send_and_wait("unanswered-once", b"once"), 30)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+    assert rule.fired == 1
+    assert values_of(bootstrap, "unanswered-once") == [b"once"]
+    assert semel_broker.partition("unanswered-once", 0).log_end_offset == 1
+
+
+def test_sigkill_as_end_txn_arrives_and_the_commit_is_retried(semel_broker_factory):
+    """The broker dies before it runs EndTxn; librdkafka's commit_transaction keeps going,
+    and once the broker is back it commits: the records are there, once."""
+    import threading
+
+    broker = semel_broker_factory(subprocess=True, kill_points=True)
+    create(broker.bootstrap, "retried-commit")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "rc-1",
+                         "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce("retried-commit", value=b"%d" % i)
+    producer.flush(10)
+    broker.arm_kill("request:EndTxn")
+    outcome = []
+    committer = threading.Thread(target=lambda: outcome.append(
+        producer.commit_transaction(60)))
+    committer.start()
+    assert broker.wait_killed(30) == -9
+    broker.start()
+    committer.join(60)
+    assert outcome == [None]
+    assert values_of(broker.bootstrap, "retried-commit") == [b"0", b"1", b"2"]
