@@ -17,9 +17,11 @@ CHAOS_DURATION ?= 1800
 CHAOS_ARGS ?=
 HOSTILE_DURATION ?= 1800
 HOSTILE_ARGS ?=
+IMAGE ?= localhost/semel:dev
+BASE_IMAGE ?= localhost/semel-base:bookworm
 
 .PHONY: run test test-deps jars bench bench-cleaner bench-spark protocol lint chaos hostile \
-	pipeline
+	pipeline dist image
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -117,3 +119,21 @@ protocol: $(VENV)/.installed-specs jars
 
 lint: $(VENV)/.installed-test
 	$(VPY) -m ruff check .
+
+# `python -m build` alone, for `make dist` (the range of pyproject's test extra)
+$(VENV)/.installed-build: pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q 'build>=1.2,<2'
+	touch $@
+
+# the sdist and the wheel built from it (python -m build), into dist/
+dist: $(VENV)/.installed-build
+	rm -rf dist
+	$(VPY) -m build --outdir dist .
+
+# the container image IMAGE with podman, no network inside the build (docker/build_image.sh):
+# the wheelhouse (pip wheel . -w docker/wheelhouse), the base image when BASE_IMAGE is the
+# default, made once per machine with debootstrap from apt's Debian mirror (root; cached in
+# .cache/semel-base/), then podman build. BASE_IMAGE=docker.io/library/python:3.11-slim
+# where a registry is reachable. README, "In a container", says how to run it.
+image: | $(VPY)
+	IMAGE=$(IMAGE) BASE_IMAGE=$(BASE_IMAGE) PYTHON=$(VPY) docker/build_image.sh
