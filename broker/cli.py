@@ -9,26 +9,46 @@ the broker gracefully.
 SCRAM credentials in a data directory before the broker starts (Kafka's ``kafka-storage format
 --add-scram``; same argument syntax, ``iterations=`` optional); it refuses a directory a running
 broker holds. Errors are one line, exit code 2.
+
+The admin tools, ``semel topics|configs|groups|transactions|acls ACTION
+--bootstrap-server HOST:PORT ...``, talk to any Kafka-compatible broker over the wire
+(``broker/tools/``, docs/CLI.md); Kafka's flag style (``semel topics --list ...``) is accepted
+too. ``semel dump-log`` prints log segment files. ``semel --version`` prints the version. Each
+tool's module is imported only when it runs, so ``--version`` and the tools start without
+importing the broker.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
-from semel.broker.config import BrokerConfig, ConfigError, load_config
-from semel.storage.fs import MetadataFileError
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    import argparse
 
-log = logging.getLogger("broker")
+    from semel.broker.config import BrokerConfig
+
+# semel <tool>: the module (imported when the tool runs) and its one-line help
+TOOLS = {
+    "topics": ("semel.broker.tools.topics", "create, list, describe, alter and delete topics"),
+    "configs": ("semel.broker.tools.configs", "describe and alter topic and broker configs"),
+    "groups": ("semel.broker.tools.groups",
+               "list, describe (with lag), reset offsets of and delete consumer groups"),
+    "transactions": ("semel.broker.tools.transactions",
+                     "list, describe, find hanging and abort transactions"),
+    "acls": ("semel.broker.tools.acls", "list, add and remove ACLs"),
+    "dump-log": ("semel.broker.tools.dump_log", "print the contents of log segment files"),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="semel", description="semel: a Kafka-protocol broker")
+    from semel.broker import __version__
+    from semel.broker.tools.common import OneLineParser
+
+    parser = OneLineParser(prog="semel", description="semel: a Kafka-protocol broker")
+    parser.add_argument("--version", action="version", version=f"semel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--config", metavar="FILE", help="server.properties file")
@@ -43,13 +63,53 @@ def _parser() -> argparse.ArgumentParser:
     scram.add_argument("--data-dir", metavar="DIR", required=True, help="data directory")
     scram.add_argument("--add", metavar="'MECHANISM=[name=N,password=P]'", action="append",
                        required=True, help="credential to add or update (repeatable)")
+    for name, (_, text) in TOOLS.items():  # listed for --help; run by _run_tool
+        sub.add_parser(name, help=text, add_help=False)
     return parser
+
+
+def _run_tool(name: str, argv: list[str]) -> int:
+    """``semel <tool> ...``: the tool's own parser (``add_arguments``), then ``run``."""
+    import argparse
+    import importlib
+
+    from semel.broker.tools.common import OneLineParser
+
+    module_name, text = TOOLS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        print(f"semel {name}: not available in this installation", file=sys.stderr)
+        return 2
+    parser = OneLineParser(prog=f"semel {name}", description=text)
+    module.add_arguments(parser)
+    # argparse has no public way to read a parser's sub-commands
+    actions = next((a.choices for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction)), None)
+    if actions:
+        argv = _kafka_flag_style(argv, actions)
+    return module.run(parser.parse_args(argv))
+
+
+def _kafka_flag_style(argv: list[str], actions) -> list[str]:
+    """Kafka's tools name the action as a flag (``kafka-topics.sh --list``): when no action
+    word leads, the first ``--<action>`` becomes it."""
+    if not argv or argv[0] in actions or argv[0] in ("-h", "--help"):
+        return argv
+    for i, arg in enumerate(argv):
+        if arg.startswith("--") and arg[2:] in actions:
+            return [arg[2:], *argv[:i], *argv[i + 1:]]
+    return argv
 
 
 def _scram(data_dir: str, additions: list[str]) -> int:
     import fcntl
 
+    from semel.broker.config import ConfigError
     from semel.broker.security.credentials import ScramCredentialStore, parse_scram_argument
+    from semel.storage.fs import MetadataFileError
     from semel.storage.log_manager import LOCK_FILE
 
     try:
@@ -80,6 +140,8 @@ def _scram(data_dir: str, additions: list[str]) -> int:
 
 
 def _check_data_dir(path: str) -> None:
+    from semel.broker.config import ConfigError
+
     d = Path(path)
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -89,12 +151,24 @@ def _check_data_dir(path: str) -> None:
         raise ConfigError(f"log.dirs: {path!r} is not writable")
 
 
-async def _serve(config: BrokerConfig) -> int:
-    from semel.broker.server import Broker
+async def _serve(config: BrokerConfig, *, fs=None, prepare=None) -> int:
+    """Run a broker until SIGTERM/SIGINT. Tests' fault injection (``python -m
+    semel.broker.testing serve``) gives its file system seam and ``prepare(broker)``, run
+    once the broker has started, before ``ready``."""
+    import asyncio
+    import logging
+    import signal
 
-    broker = Broker(config)
+    from semel.broker.server import Broker
+    from semel.storage.fs import MetadataFileError
+
+    log = logging.getLogger("broker")
+
+    broker = Broker(config, fs=fs)
     try:
         await broker.start()
+        if prepare is not None:
+            prepare(broker)
     except OSError as e:
         print(f"semel: {e.strerror or e}", file=sys.stderr)
         return 1
@@ -118,9 +192,22 @@ async def _serve(config: BrokerConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv in (["--version"], ["-V"]):  # the fast path: no argparse, nothing of the broker
+        from semel.broker import __version__
+
+        print(f"semel {__version__}")
+        return 0
+    if argv and argv[0] in TOOLS:
+        return _run_tool(argv[0], argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "scram":
         return _scram(args.data_dir, args.add)
+    import asyncio
+    import logging
+
+    from semel.broker.config import ConfigError, load_config
+
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
