@@ -99,7 +99,9 @@ class Dispatcher:
             api_key, header, request, session)
         try:
             if fault is not None and fault.error is not None:
-                response = handler.error_response(request, fault.error)
+                # an acks=0 produce is never answered, also when failed on purpose
+                response = None if getattr(request, "acks", None) == 0 \
+                    else handler.error_response(request, fault.error)
             else:
                 response = await handler.handle(ctx, request)
         except KafkaError as e:

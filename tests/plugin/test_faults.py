@@ -244,3 +244,23 @@ def test_sigkill_as_end_txn_arrives_and_the_commit_is_retried(semel_broker_facto
     committer.join(60)
     assert outcome == [None]
     assert values_of(broker.bootstrap, "retried-commit") == [b"0", b"1", b"2"]
+
+
+def test_a_failed_acks_0_produce_is_not_stored(semel_broker):
+    """acks=0: the failed request is not run (and, as any acks=0 produce, not answered); the
+    producer's next request goes through on the same connection."""
+    bootstrap = semel_broker.bootstrap
+    create(bootstrap, "fire-and-forget")
+    rule = semel_broker.faults.fail("Produce", "NOT_LEADER_OR_FOLLOWER",
+                                    topic="fire-and-forget")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=0, linger_ms=0)
+    producer.send("fire-and-forget", b"dropped").get(timeout=10)
+    producer.flush(10)
+    assert rule.wait(10)
+    producer.send("fire-and-forget", b"kept").get(timeout=10)
+    producer.flush(10)
+    producer.close()
+    consumer = KafkaConsumer("fire-and-forget", bootstrap_servers=bootstrap,
+                             auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    assert [m.value for m in consumer] == [b"kept"]
+    consumer.close()
