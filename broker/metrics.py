@@ -2,7 +2,7 @@
 
 Each broker owns its own ``CollectorRegistry`` (several in-process brokers in one test run
 must not collide). Nothing on the request path touches prometheus_client: handlers bump
-plain ints in dicts (``topic_in``, ``topic_bytes_out``, ``errors``) and ``_Histogram`` bucket
+plain ints in dicts (``topic_in``, ``topic_out``, ``errors``) and ``_Histogram`` bucket
 lists, and ``BrokerStateCollector`` turns them into metric families when scraped, together
 with the state it reads then (partitions, groups, transactions). Names are ``semel_``-prefixed;
 where Kafka has a well-known metric the help text names it. The process collector's
@@ -16,6 +16,7 @@ Traffic (counted on the request path, read at scrape time):
   semel_topic_bytes_in_total{topic}             record batch bytes appended by Produce
   semel_topic_messages_in_total{topic}          records appended by Produce
   semel_topic_bytes_out_total{topic}            record bytes returned by Fetch
+  semel_topic_messages_out_total{topic}         records (of data batches) returned by Fetch
 State (read on the broker's event loop when scraped; the HTTP server's thread waits):
   semel_partition_{high_watermark,log_end_offset,log_start_offset,size_bytes,segments}
   semel_last_stable_offset{topic,partition}     per partition; internal topics' partitions
@@ -92,7 +93,7 @@ class BrokerMetrics:
         self.errors: dict[tuple[int, int], int] = {}  # (api key, error code) -> count
         self.queue_time = _Histogram(QUEUE_BUCKETS)
         self.topic_in: dict[str, list[int]] = {}  # topic -> [bytes, records] appended
-        self.topic_bytes_out: dict[str, int] = {}
+        self.topic_out: dict[str, list[int]] = {}  # topic -> [bytes, records] fetched
         self.broker = None  # the Broker, for the group coordinator and config (bind)
         self._server = None
         self._state: BrokerStateCollector | None = None
@@ -390,14 +391,15 @@ class BrokerStateCollector:
         snap.errors = [(BY_KEY[key].name, _error_name(code), n)
                        for (key, code), n in sorted(metrics.errors.items())]
         snap.queue_time = metrics.queue_time.snapshot()
-        topic_in, topic_out = metrics.topic_in, metrics.topic_bytes_out
+        topic_in, topic_out = metrics.topic_in, metrics.topic_out
         for gone in [t for t in topic_in if t not in topics]:  # deleted topics' counters
             del topic_in[gone]
         for gone in [t for t in topic_out if t not in topics]:
             del topic_out[gone]
         for topic in sorted(topic_in.keys() | topic_out.keys()):
             bytes_in, records_in = topic_in.get(topic, (0, 0))
-            snap.topics.append((topic, bytes_in, records_in, topic_out.get(topic, 0)))
+            bytes_out, records_out = topic_out.get(topic, (0, 0))
+            snap.topics.append((topic, bytes_in, records_in, bytes_out, records_out))
 
     def _read_groups(self, snap: _Snapshot, coordinator, internal: bool) -> None:
         shard = coordinator.shard
@@ -502,11 +504,16 @@ def _families(s: _Snapshot) -> list:
     bytes_out = CounterMetricFamily(
         "semel_topic_bytes_out", "Record bytes returned by Fetch responses, by topic (Kafka's "
         "BrokerTopicMetrics BytesOutPerSec).", labels=topic)
-    for name, b_in, m_in, b_out in s.topics:
+    messages_out = CounterMetricFamily(
+        "semel_topic_messages_out", "Records of data batches returned by Fetch responses, by "
+        "topic, read from the batch headers (Kafka has no such meter; Redpanda's "
+        "kafka_records_fetched).", labels=topic)
+    for name, b_in, m_in, b_out, m_out in s.topics:
         bytes_in.add_metric([name], b_in)
         messages_in.add_metric([name], m_in)
         bytes_out.add_metric([name], b_out)
-    out += [bytes_in, messages_in, bytes_out]
+        messages_out.add_metric([name], m_out)
+    out += [bytes_in, messages_in, bytes_out, messages_out]
 
     tp = ["topic", "partition"]
     partition_gauges = [GaugeMetricFamily(name, doc, labels=tp) for name, doc in _PARTITION]

@@ -1,5 +1,5 @@
 /*
- * protocol._recordwalk: the fast record walker of protocol/validator.py, in C.
+ * semel.protocol._recordwalk: the fast record walker of protocol/validator.py, in C.
  *
  * walk(buf, pos, end, index, count, dlow, dhigh, none_delta, mode, require_keys,
  *      max_delta, errors, room) -> (pos, index, max_delta, found, found_ts, status)
@@ -372,14 +372,45 @@ failed:
     return NULL;
 }
 
+/*
+ * data_records(buf) -> int: the records of the whole v2 batches at the start of buf,
+ * control batches left out (the fetch path's MessagesOut count). Reads two fields of each
+ * batch header; stops at a batch that is not whole (or not v2).
+ */
+static PyObject *
+data_records(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf;
+    Py_ssize_t left = view.len;
+    long long total = 0;
+    while (left >= 61) {
+        int64_t size = 12 + (int64_t)(((uint32_t)p[8] << 24) | ((uint32_t)p[9] << 16) |
+                                      ((uint32_t)p[10] << 8) | (uint32_t)p[11]);
+        if (size < 61 || size > left || p[16] != 2)
+            break;
+        if (!(p[22] & 0x20))  /* attributes bit 5: control batch */
+            total += (int32_t)(((uint32_t)p[57] << 24) | ((uint32_t)p[58] << 16) |
+                               ((uint32_t)p[59] << 8) | (uint32_t)p[60]);
+        p += size;
+        left -= size;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(total);
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "Walk whole v2 records in a window (see protocol/validator.py)."},
+    {"data_records", data_records, METH_O,
+     "Records in the whole non-control v2 batches at the start of a buffer."},
     {"spans", spans, METH_VARARGS, "The records of decompressed records data as spans (the cleaner)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "protocol._recordwalk",
+    PyModuleDef_HEAD_INIT, "semel.protocol._recordwalk",
     "C record walker for protocol.validator (optional accelerator).", -1, methods,
 };
 

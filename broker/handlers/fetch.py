@@ -66,6 +66,7 @@ from semel.protocol.messages.fetch_response import (
     FetchResponse,
     PartitionData,
 )
+from semel.protocol.records import data_records
 
 API_KEY = 1
 READ_COMMITTED = 1
@@ -275,13 +276,18 @@ def _read_all(reads: list[_Read], req: FetchRequest, version: int) -> tuple[int,
 
 
 def _count_bytes_out(ctx, reads: list[_Read]) -> None:
-    """Add the record bytes this response returns to the per-topic count (BytesOut; an
-    incremental response leaves out only partitions without records)."""
-    counts = ctx.broker.metrics.topic_bytes_out
+    """Add the record bytes and the records (of data batches, from their headers) this
+    response returns to the per-topic counts (BytesOut, MessagesOut; an incremental response
+    leaves out only partitions without records)."""
+    counts = ctx.broker.metrics.topic_out
     for read in reads:
         records = read.response.records
         if records:
-            counts[read.topic] = counts.get(read.topic, 0) + len(records)
+            topic = counts.get(read.topic)
+            if topic is None:
+                topic = counts[read.topic] = [0, 0]
+            topic[0] += len(records)
+            topic[1] += data_records(records)
 
 
 def _upper_bound(plog, read_committed: bool) -> int:

@@ -185,13 +185,21 @@ def test_bytes_and_messages_in_equal_what_was_appended(loaded):
         assert value(samples, "semel_topic_bytes_in_total", topic=topic) == appended
 
 
-def test_bytes_out_counts_the_fetched_records(loaded):
+def test_bytes_and_messages_out_count_the_fetched_records(loaded):
     bt, _, _ = loaded
-    before = value(scrape(bt.broker.metrics_port), "semel_topic_bytes_out_total", topic=TXN)
-    fetched = len(fetch_all(bt.bootstrap, TXN, 0))  # nothing else reads this topic
-    after = value(scrape(bt.broker.metrics_port), "semel_topic_bytes_out_total", topic=TXN)
-    assert fetched > 0
-    assert after - (before or 0) == fetched
+    samples = scrape(bt.broker.metrics_port)
+    before = value(samples, "semel_topic_bytes_out_total", topic=TXN)
+    before_records = value(samples, "semel_topic_messages_out_total", topic=TXN)
+    fetched = fetch_all(bt.bootstrap, TXN, 0)  # nothing else reads this topic
+    samples = scrape(bt.broker.metrics_port)
+    after = value(samples, "semel_topic_bytes_out_total", topic=TXN)
+    after_records = value(samples, "semel_topic_messages_out_total", topic=TXN)
+    assert len(fetched) > 0
+    assert after - (before or 0) == len(fetched)
+    headers = batch_headers(fetched)
+    data = sum(h.record_count for h in headers if not h.is_control)
+    assert any(h.is_control for h in headers) and data > 0  # markers are not counted
+    assert after_records - (before_records or 0) == data
     # the consumer group read the orders topic
     assert value(scrape(bt.broker.metrics_port), "semel_topic_bytes_out_total",
                  topic=ORDERS) > 0
