@@ -86,6 +86,23 @@ class ConfluentGroup:
         self.members: list = []
         self.consumed: list[bytes] = []
         self.assignment_sizes: list[list[int]] = []
+        # what happened, for a failure's message: (seconds, phase, member, what)
+        self.trace: list[tuple[float, str, int, str]] = []
+        self.phase = "start"
+        self._started = time.monotonic()
+        self._ids: dict[int, int] = {}  # id(consumer) -> member number
+
+    def _note(self, consumer, what: str) -> None:
+        member = self._ids.setdefault(id(consumer), len(self._ids))
+        self.trace.append((round(time.monotonic() - self._started, 3), self.phase, member, what))
+
+    def explain(self, produced: list[bytes]) -> str:
+        """The trace lines of every value consumed twice or never, and every assignment."""
+        counts, expected = Counter(self.consumed), Counter(produced)
+        wrong = {v.decode() for v in (counts | expected) if counts[v] != expected[v]}
+        lines = [f"{t:8.3f} {phase:<10} member {m}: {what}" for t, phase, m, what in self.trace
+                 if what.startswith("assigned") or what.split()[-1] in wrong]
+        return "consumed != produced; trace:\n" + "\n".join(lines)
 
     def add(self) -> None:
         from confluent_kafka import Consumer
@@ -108,16 +125,24 @@ class ConfluentGroup:
                 continue
             assert msg.error() is None, msg.error()
             self.consumed.append(msg.value())
+            self._note(consumer, f"p{msg.partition()}@{msg.offset()} {msg.value().decode()}")
             consumer.commit(message=msg, asynchronous=False)
 
     def settle(self) -> None:
+        self.phase = f"settle{len(self.assignment_sizes) + 1}"
         deadline = time.monotonic() + TIMEOUT_S
+        seen: list = []
         while time.monotonic() < deadline:
             self._poll_all()
             assignments = [{(tp.topic, tp.partition) for tp in c.assignment()}
                            for c in self.members]
+            if assignments != seen:
+                seen = assignments
+                for c, a in zip(self.members, assignments, strict=True):
+                    self._note(c, f"assigned {sorted(p for _, p in a)}")
             if balanced(assignments):
                 self.assignment_sizes.append(sorted(len(a) for a in assignments))
+                self.phase = f"consume{len(self.assignment_sizes)}"
                 return
         raise AssertionError(f"group did not settle: {assignments}")
 
@@ -156,7 +181,7 @@ def test_confluent_group_members_join_and_leave(shared_broker, topic, strategy, 
         group.consume(len(produced))
     finally:
         group.close()
-    assert Counter(group.consumed) == Counter(produced)  # exactly once
+    assert Counter(group.consumed) == Counter(produced), group.explain(produced)  # exactly once
     expected_sizes = {2: [3, 3], 3: [2, 2, 2]}[members]
     assert group.assignment_sizes == [expected_sizes, {2: [6], 3: [3, 3]}[members],
                                       expected_sizes]
