@@ -234,12 +234,15 @@ class TaskWriter:
         first = next((b for b in batches if b.num_rows), None)
         if first is None:
             return TaskResult(name, partition, attempt, 0, skipped=False)
+        refused = DeliveryErrors()
         producer = Producer({
             # Java's partitioner (murmur2 of the key), as Spark's sink partitions
             "partitioner": "murmur2_random",
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             **self.options.client,
             "transactional.id": name,
+            "delivery.report.only.error": True,
+            "on_delivery": refused,
         })
         consumer = Consumer({
             **self.options.client,
@@ -281,6 +284,14 @@ class TaskWriter:
                 if twopc is None:
                     # no timeout: the commit first delivers every queued record
                     producer.commit_transaction()
+            except KafkaException as exc:
+                # a refused record makes the next transactional call fail with a generic
+                # "erroneous state": report the broker's reason for the record instead
+                producer.poll(0)
+                _abort(producer, name)
+                if refused.first is not None:
+                    raise KafkaException(refused.first) from exc
+                raise
             except BaseException:
                 _abort(producer, name)
                 raise
@@ -369,6 +380,19 @@ def input_ended_normally() -> bool:
     head = stream.peek(4)[:4]
     expected = struct.pack(">i", SpecialLengths.END_OF_STREAM)
     return bool(head) and expected.startswith(head)
+
+
+class DeliveryErrors:
+    """The producer's delivery callback (errors only): keeps the first record's error."""
+
+    __slots__ = ("first",)
+
+    def __init__(self) -> None:
+        self.first = None
+
+    def __call__(self, error, message) -> None:
+        if error is not None and self.first is None:
+            self.first = error
 
 
 def _abort(producer: Producer, name: str) -> None:
