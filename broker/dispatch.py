@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker.dispatch")
 API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
+_LOADED = HANDLERS.loaded  # the handler modules imported so far (HANDLERS imports the rest)
 
 
 class CloseConnection(Exception):
@@ -63,9 +64,11 @@ class Dispatcher:
             api_key, version, correlation_id = peek_api_key_version(frame)
         except ProtocolError as e:
             raise CloseConnection(str(e)) from None
-        handler = HANDLERS.get(api_key)
+        handler = _LOADED.get(api_key)
         if handler is None:
-            raise CloseConnection(f"unknown api key {api_key}", "unknown_api")
+            handler = HANDLERS.get(api_key)  # an API's first request imports its module
+            if handler is None:
+                raise CloseConnection(f"unknown api key {api_key}", "unknown_api")
         if api_key not in BEFORE_AUTHENTICATION and not session.authenticated:
             raise CloseConnection(
                 f"unexpected Kafka request of type {api.BY_KEY[api_key].name} during SASL "

@@ -42,15 +42,7 @@ import socket
 import sys
 import threading
 from bisect import bisect_left
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.utils import floatToGoString
-
-from semel.broker.handlers.metadata import INTERNAL_TOPICS
 from semel.protocol.api import BY_KEY
 from semel.protocol.errors import Error
 
@@ -83,12 +75,17 @@ class _Histogram:
 
 
 class BrokerMetrics:
+    """The broker's counters, and its prometheus_client ``registry``: that one (and
+    prometheus_client with it) is made on first use, by ``serve`` or a test reading it, so
+    a broker without ``metrics.listener`` never imports prometheus_client (start-up time).
+    What is registered before then is registered when it is made, in the same order."""
+
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.bad_inputs = Counter(
-            "semel_bad_input", "Connections closed or refused for bad input, by reason.",
-            ["reason"], registry=self.registry)
-        ProcessCollector(registry=self.registry)
+        self._registry = None  # CollectorRegistry, made by the registry property
+        self._lock = threading.Lock()  # guards making it against registering/bad_input
+        self._pending: list = []  # registry -> None, run in order when it is made
+        self._bad_input_counts: dict[str, int] = {}  # reason -> count until it is made
+        self.bad_inputs = None  # the semel_bad_input Counter, once the registry is made
         self.latency: dict[int, _Histogram] = {}  # api key -> its latency (and count)
         self.errors: dict[tuple[int, int], int] = {}  # (api key, error code) -> count
         self.queue_time = _Histogram(QUEUE_BUCKETS)
@@ -97,6 +94,43 @@ class BrokerMetrics:
         self.broker = None  # the Broker, for the group coordinator and config (bind)
         self._server = None
         self._state: BrokerStateCollector | None = None
+
+    @property
+    def registry(self):
+        """The prometheus_client CollectorRegistry of this broker (made on first use)."""
+        registry = self._registry
+        if registry is None:
+            with self._lock:
+                if self._registry is None:
+                    self._make_registry()
+                registry = self._registry
+        return registry
+
+    def _make_registry(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter
+        from prometheus_client.process_collector import ProcessCollector
+
+        registry = CollectorRegistry()
+        bad_inputs = Counter(
+            "semel_bad_input", "Connections closed or refused for bad input, by reason.",
+            ["reason"], registry=registry)
+        for reason, n in self._bad_input_counts.items():
+            bad_inputs.labels(reason).inc(n)
+        ProcessCollector(registry=registry)
+        for register in self._pending:
+            register(registry)
+        self._pending.clear()
+        self._bad_input_counts.clear()
+        self.bad_inputs = bad_inputs
+        self._registry = registry
+
+    def _on_registry(self, register) -> None:
+        """``register(registry)`` now if the registry is made, else when it is."""
+        with self._lock:
+            if self._registry is None:
+                self._pending.append(register)
+                return
+        register(self._registry)
 
     def bind(self, broker) -> None:
         """The broker whose group coordinator and configuration the scrape reads."""
@@ -121,24 +155,35 @@ class BrokerMetrics:
         self.errors[key] = self.errors.get(key, 0) + 1
 
     def bad_input(self, reason: str) -> None:
+        with self._lock:
+            if self.bad_inputs is None:  # counted into the Counter when it is made
+                self._bad_input_counts[reason] = self._bad_input_counts.get(reason, 0) + 1
+                return
         self.bad_inputs.labels(reason).inc()
 
     # -- registration -----------------------------------------------------------------------
 
     def register_connections(self, connections, request_memory) -> None:
         """Gauges read when scraped: open connections and request bytes held."""
-        Gauge("semel_connections",
-              "Client connections open (Kafka's socket-server-metrics connection-count).",
-              registry=self.registry).set_function(lambda: len(connections))
-        Gauge("semel_queued_request_bytes",
-              "Request bytes held over all connections (bounded by queued.max.request.bytes).",
-              registry=self.registry).set_function(lambda: request_memory.used)
+
+        def register(registry) -> None:
+            from prometheus_client import Gauge
+
+            Gauge("semel_connections",
+                  "Client connections open (Kafka's socket-server-metrics connection-count).",
+                  registry=registry).set_function(lambda: len(connections))
+            Gauge("semel_queued_request_bytes",
+                  "Request bytes held over all connections (bounded by "
+                  "queued.max.request.bytes).",
+                  registry=registry).set_function(lambda: request_memory.used)
+
+        self._on_registry(register)
 
     def register_cleaner(self, log_manager, clock) -> None:
         """The log cleaner's gauges (Kafka's kafka.log:type=LogCleaner and
         LogCleanerManager metrics), read when scraped."""
         stats = log_manager.cleaner_stats
-        for name, doc, read in (
+        gauges = (
             ("semel_log_cleaner_runs", "Cleanings done since start.", lambda: stats.runs),
             ("semel_log_cleaner_bytes_read", "Bytes of segments cleaned since start.",
              lambda: stats.bytes_read),
@@ -159,28 +204,51 @@ class BrokerMetrics:
              ("Peak memory of the cleaner process (its key map is bounded by "
              "log.cleaner.dedupe.buffer.size); 0 before its first cleaning."),
              lambda: stats.worker_max_rss_bytes),
-        ):
-            Gauge(name, doc, registry=self.registry).set_function(read)
-        self.registry.register(CleanedPartitionsCollector(stats, clock))
+        )
+
+        def register(registry) -> None:
+            from prometheus_client import Gauge
+
+            for name, doc, read in gauges:
+                Gauge(name, doc, registry=registry).set_function(read)
+            registry.register(CleanedPartitionsCollector(stats, clock))
+
+        self._on_registry(register)
 
     def register_exactly_once(self, log_manager, txn_coordinator,
                               loop: asyncio.AbstractEventLoop) -> None:
         """Called on the event loop at start: from now on scrapes read the broker's state
         (and the traffic counters) there."""
-        if self._state is not None:  # a restarted broker: read on the new loop
-            self.registry.unregister(self._state)
-        self._state = BrokerStateCollector(self, log_manager, txn_coordinator, loop)
-        self.registry.register(self._state)
+        old = self._state
+        new = self._state = BrokerStateCollector(self, log_manager, txn_coordinator, loop)
+
+        def register(registry) -> None:
+            if old is not None:  # a restarted broker: read on the new loop
+                registry.unregister(old)
+            registry.register(new)
+
+        self._on_registry(register)
 
     # -- HTTP -----------------------------------------------------------------------------
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP endpoint (a thread per scrape); returns the bound port."""
-        family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                    flags=socket.AI_PASSIVE)[0][0]
-        server_class = type("MetricsServer", (_ThreadingWSGIServer,), {"address_family": family})
+        from socketserver import ThreadingMixIn
+        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+        from prometheus_client import make_wsgi_app
+
+        class QuietHandler(WSGIRequestHandler):
+            def log_message(self, format, *args) -> None:
+                """Scrapes are not logged."""
+
+        class MetricsServer(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+            address_family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                flags=socket.AI_PASSIVE)[0][0]
+
         self._server = make_server(host, port, _with_head(make_wsgi_app(self.registry)),
-                                   server_class, handler_class=_QuietHandler)
+                                   MetricsServer, handler_class=QuietHandler)
         threading.Thread(target=self._server.serve_forever, name="semel-metrics",
                          daemon=True).start()
         return self._server.server_address[1]
@@ -190,15 +258,6 @@ class BrokerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format, *args) -> None:
-        """Scrapes are not logged."""
-
-
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
 
 
 def _with_head(app):
@@ -300,9 +359,13 @@ class CleanedPartitionsCollector:
         self.clock = clock
 
     def describe(self):
+        from prometheus_client.core import GaugeMetricFamily
+
         return [GaugeMetricFamily(self.NAME, "", labels=["topic", "partition"])]
 
     def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
         family = GaugeMetricFamily(
             self.NAME, "Seconds since the partition's last cleaning ended.",
             labels=["topic", "partition"])
@@ -366,6 +429,8 @@ class BrokerStateCollector:
 
     def _read(self) -> _Snapshot:
         """On the event loop: a consistent copy of what the metrics show."""
+        from semel.broker.handlers.metadata import INTERNAL_TOPICS
+
         snap = _Snapshot()
         metrics = self.metrics
         broker = metrics.broker
@@ -402,6 +467,8 @@ class BrokerStateCollector:
             snap.topics.append((topic, bytes_in, records_in, bytes_out, records_out))
 
     def _read_groups(self, snap: _Snapshot, coordinator, internal: bool) -> None:
+        from semel.broker.handlers.metadata import INTERNAL_TOPICS
+
         shard = coordinator.shard
         snap.loading["group"] = len(coordinator.loading)
         if shard is None:
@@ -467,6 +534,8 @@ _PARTITION = (  # name, help: in the order of _Snapshot.partitions' values
 
 def _families(s: _Snapshot) -> list:
     """The metric families of one snapshot (an empty one for describe())."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
     out = []
     requests = CounterMetricFamily(
         "semel_requests", "Requests answered, by API (Kafka's RequestMetrics RequestsPerSec).",
@@ -591,6 +660,8 @@ def _families(s: _Snapshot) -> list:
 
 def _buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, int]]:
     """Cumulative (le, count) pairs, +Inf last."""
+    from prometheus_client.utils import floatToGoString
+
     cumulative, running = [], 0
     for bound, n in zip((*bounds, float("inf")), counts, strict=True):
         running += n

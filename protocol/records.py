@@ -45,8 +45,6 @@ from enum import IntEnum
 from operator import itemgetter
 from typing import Self
 
-from crc32c import crc32c
-
 from semel.protocol.compression import compress, decompress
 from semel.protocol.errors import Error, ProtocolError
 
@@ -54,6 +52,21 @@ try:  # built from protocol/_recordwalk.c at install when a C compiler is there
     from semel.protocol import _recordwalk  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - the pure-Python reader is used
     _recordwalk = None
+
+
+def _first_crc32c(data) -> int:
+    """``crc32c`` until its first call: imports the ``crc32c`` package's C function (that
+    package reads its version through importlib.metadata when imported, ~15 ms of the
+    broker's start-up), makes it this module's ``crc32c`` and returns its CRC-32C of
+    ``data``."""
+    global crc32c
+    from crc32c import crc32c as c_crc32c
+
+    crc32c = c_crc32c
+    return c_crc32c(data)
+
+
+crc32c = _first_crc32c
 
 __all__ = [
     "CREATE_TIME",

@@ -40,8 +40,6 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
 from semel.protocol.errors import Error, KafkaError
 from semel.storage.fs import RealFileSystem
 from semel.storage.segment import SNAPSHOT_SUFFIX, parse_segment_file_name, segment_file_name
@@ -765,6 +763,8 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
             parts.append(
                 pack(pid, epoch, b.last_seq, b.last_offset, b.offset_delta, timestamp, coord, txn)
             )
+    from crc32c import crc32c  # here: importing crc32c reads package metadata (start-up time)
+
     body = struct.pack(">i", len(parts)) + b"".join(parts)
     return struct.pack(">hI", PRODUCER_SNAPSHOT_VERSION, crc32c(body)) + body
 
@@ -776,6 +776,8 @@ def read_snapshot(data: bytes) -> list[ProducerStateEntry]:
     version, crc, count = _SNAPSHOT_HEADER.unpack_from(data)
     if version != PRODUCER_SNAPSHOT_VERSION:
         raise CorruptSnapshotError(f"Snapshot contained an unknown file version {version}")
+    from crc32c import crc32c  # here: importing crc32c reads package metadata (start-up time)
+
     computed = crc32c(memoryview(data)[_ENTRIES_OFFSET:])
     if crc != computed:
         raise CorruptSnapshotError(

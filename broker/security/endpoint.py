@@ -14,11 +14,8 @@ import ssl
 from typing import TYPE_CHECKING
 
 from semel.broker.security import ANONYMOUS
-from semel.broker.security.plain import parse_plain_jaas
-from semel.broker.security.sasl import PLAIN, SaslServer
 from semel.broker.security.session import Session
 from semel.broker.security.ssl_principal import principal_from_certificate
-from semel.broker.security.tls import build_server_context
 
 if TYPE_CHECKING:
     from semel.broker.security.credentials import ScramCredentialStore
@@ -39,19 +36,30 @@ class ListenerEndpoint:
         self.port = port  # at start, with what the listener advertises
         self.advertised_host = ""
         self.advertised_port = 0
-        self.ssl_context: ssl.SSLContext | None = (
-            build_server_context(security) if security.uses_tls else None)
+        self.ssl_context: ssl.SSLContext | None = None
+        if security.uses_tls:
+            # imported here: it pulls in cryptography (~30 ms), needless without TLS
+            from semel.broker.security.tls import build_server_context
+
+            self.ssl_context = build_server_context(security)
         self._plain_users: dict[str, str] | None = None
-        if security.uses_sasl and PLAIN in security.sasl_enabled_mechanisms:
-            jaas = security.sasl_jaas_config.get(PLAIN)
-            self._plain_users = parse_plain_jaas(jaas.value) if jaas is not None else {}
+        self._sasl_server = None  # SaslServer on a SASL listener
+        if security.uses_sasl:
+            # imported here, as TLS above: a listener without SASL needs none of it
+            from semel.broker.security.plain import parse_plain_jaas
+            from semel.broker.security.sasl import PLAIN, SaslServer
+
+            self._sasl_server = SaslServer
+            if PLAIN in security.sasl_enabled_mechanisms:
+                jaas = security.sasl_jaas_config.get(PLAIN)
+                self._plain_users = parse_plain_jaas(jaas.value) if jaas is not None else {}
         self._scram_credentials = scram_credentials
 
     def new_session(self, client_host: str, ssl_object: ssl.SSLObject | None) -> Session:
         """The security state of a connection accepted on this listener."""
         security = self.security
         if security.uses_sasl:
-            sasl = SaslServer(security.sasl_enabled_mechanisms, self._plain_users,
+            sasl = self._sasl_server(security.sasl_enabled_mechanisms, self._plain_users,
                               self._scram_credentials,
                               connections_max_reauth_ms=security.connections_max_reauth_ms)
             return Session(client_host, self.name, self.protocol, ANONYMOUS, sasl)
