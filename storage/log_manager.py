@@ -37,28 +37,25 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from semel.protocol.errors import Error, KafkaError
 from semel.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
-from semel.storage.cleaner.cleaner import (
-    CLEANER_OFFSET_CHECKPOINT,
-    CleanerCheckpoint,
-    CleanerStats,
-    CleaningResult,
-    clean_partition,
-)
-from semel.storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
-from semel.storage.cleaner.process import CleanerError, CleanerProcess, CleanerThread
-from semel.storage.cleaner.selection import filthiest, log_to_clean
-from semel.storage.cleaner.worker import UNLIMITED
+
+# the cleaning itself (cleaner.py, the worker, selection) is imported on the first cleaning
+from semel.storage.cleaner.state import CLEANER_OFFSET_CHECKPOINT, CleanerCheckpoint, CleanerStats
 from semel.storage.config import LogConfig
 from semel.storage.fs import MetadataFileError, RealFileSystem
 from semel.storage.partition_log import PartitionLog, partition_dir_name
 from semel.storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from semel.storage.recovery import open_partition_log
 from semel.storage.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from semel.storage.cleaner.cleaner import CleaningResult
+    from semel.storage.cleaner.process import CleanerProcess, CleanerThread
 
 log = logging.getLogger("storage.log_manager")
 
@@ -155,8 +152,8 @@ class LogManager:
         cleaner_enable: bool = False,
         cleaner_backoff_ms: int = 15000,
         cleaner_dedupe_buffer_size: int = 134217728,
-        cleaner_io_buffer_load_factor: float = DEFAULT_LOAD_FACTOR,
-        cleaner_io_max_bytes_per_second: float = UNLIMITED,
+        cleaner_io_buffer_load_factor: float = 0.9,  # offset_map.DEFAULT_LOAD_FACTOR
+        cleaner_io_max_bytes_per_second: float = float("inf"),  # worker.UNLIMITED
         cleaner_max_cpu_share: float = 0.3,
         cleaner_io_buffer_size: int = 524288,
         cleaner_worker: CleanerProcess | CleanerThread | None = None,
@@ -179,7 +176,8 @@ class LogManager:
         self.cleaner_max_cpu_share = cleaner_max_cpu_share
         self.cleaner_io_buffer_size = cleaner_io_buffer_size
         # the cleaner's heavy part: a child process, started at the first cleaning
-        self.cleaner_worker = cleaner_worker if cleaner_worker is not None else CleanerProcess()
+        # the cleaner's process, started by the first cleaning (a test's CleanerThread)
+        self._cleaner_worker = cleaner_worker
         self.cleaner_checkpoint: CleanerCheckpoint | None = None
         self.cleaner_stats = CleanerStats()
         self._cleaner: asyncio.Task | None = None
@@ -273,7 +271,8 @@ class LogManager:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        await self.cleaner_worker.close()
+        if self._cleaner_worker is not None:
+            await self._cleaner_worker.close()
         self._stopping = True
         if self._flusher is not None:
             self._dirty_event.set()
@@ -314,7 +313,8 @@ class LogManager:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.cleaner_worker.close()
+        if self._cleaner_worker is not None:
+            await self._cleaner_worker.close()
         for plog in self._logs.values():
             plog.close(flush=False)
         self._logs.clear()
@@ -749,9 +749,21 @@ class LogManager:
             except Exception:
                 log.exception("retention check failed")
 
+    @property
+    def cleaner_worker(self) -> CleanerProcess | CleanerThread:
+        if self._cleaner_worker is None:
+            from semel.storage.cleaner.process import CleanerProcess
+
+            self._cleaner_worker = CleanerProcess()
+        return self._cleaner_worker
+
     async def run_cleaner_once(self) -> CleaningResult | None:
         """Clean the dirtiest compacted partition, if one needs it (Kafka's
         grabFilthiestCompactedLog, then a cleaning); None when none does."""
+        from semel.storage.cleaner.cleaner import clean_partition
+        from semel.storage.cleaner.process import CleanerError
+        from semel.storage.cleaner.selection import filthiest, log_to_clean
+
         now = self.clock()
         checkpoint = self.cleaner_checkpoint
         candidates = []

@@ -263,3 +263,15 @@ async def test_a_partition_that_cannot_be_cleaned_does_not_stop_the_others(
             assert result is not None and result.topic_partition == TopicPartition("good", 0)
     finally:
         await manager.close()
+
+
+def test_log_manager_defaults_are_the_cleaners():
+    """LogManager names the cleaner's defaults without importing the cleaner's modules."""
+    import inspect
+
+    from semel.storage.cleaner.offset_map import DEFAULT_LOAD_FACTOR
+    from semel.storage.cleaner.worker import UNLIMITED
+
+    params = inspect.signature(LogManager).parameters
+    assert params["cleaner_io_buffer_load_factor"].default == DEFAULT_LOAD_FACTOR
+    assert params["cleaner_io_max_bytes_per_second"].default == UNLIMITED
