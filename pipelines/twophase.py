@@ -38,7 +38,6 @@ import enum
 import json
 import socket
 import ssl
-import struct
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -46,7 +45,7 @@ from typing import Self
 
 from semel.protocol import api
 from semel.protocol.errors import Error
-from semel.protocol.frame import decode_response_header, encode_request_header
+from semel.protocol.frame import recv_frame
 
 __all__ = ["NoOngoingTransaction", "Outcome", "PreparedTxn", "TwoPhaseCommitClient",
            "TwoPhaseCommitError", "TxnDescription"]
@@ -69,7 +68,6 @@ _HINTS = {
     Error.PRODUCER_FENCED: "another InitProducerId on the transactional id came in between",
     Error.INVALID_PRODUCER_EPOCH: "another InitProducerId on the transactional id came in between",
 }
-_SIZE = struct.Struct(">i")
 
 
 class TwoPhaseCommitError(Exception):
@@ -170,26 +168,12 @@ class _Connection:
         if deadline is not None:
             self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
         self.correlation_id += 1
-        frame = bytearray(encode_request_header(
-            api_key, version, self.correlation_id, self.client_id,
-            api.request_header_version(api_key, version)))
-        api.codec(api_key, "request").encode(version, body, frame)
-        self.sock.sendall(_SIZE.pack(len(frame)) + frame)
-        (size,) = _SIZE.unpack(self._read(4))
-        data = self._read(size)
-        got, pos = decode_response_header(data, api.response_header_version(api_key, version))
+        self.sock.sendall(api.encode_request(api_key, version, self.correlation_id,
+                                             self.client_id, body))
+        got, response = api.decode_response(api_key, version, recv_frame(self.sock))
         if got != self.correlation_id:
             raise ConnectionError(f"response to request {got}, expected {self.correlation_id}")
-        return api.codec(api_key, "response").decode(version, memoryview(data), pos)[0]
-
-    def _read(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            buf += chunk
-        return bytes(buf)
+        return response
 
     def close(self) -> None:
         self.sock.close()

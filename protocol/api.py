@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import importlib
 import re
+import struct
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from semel.protocol.frame import decode_response_header, encode_request_header
 
 
 class Api(NamedTuple):
@@ -119,3 +122,23 @@ def response_header_version(api_key: int, version: int) -> int:
     if api_key == 18:
         return 0
     return 1 if is_flexible(api_key, version) else 0
+
+
+_SIZE = struct.Struct(">i")
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                   body: Any) -> bytearray:
+    """A client's request frame: the size, the request header, the body (its codec)."""
+    frame = bytearray(4)
+    frame += encode_request_header(api_key, version, correlation_id, client_id,
+                                   request_header_version(api_key, version))
+    codec(api_key, "request").encode(version, body, frame)
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    return frame
+
+
+def decode_response(api_key: int, version: int, data: bytes) -> tuple[int, Any]:
+    """(correlation id, body) of a response frame read without its size."""
+    correlation_id, pos = decode_response_header(data, response_header_version(api_key, version))
+    return correlation_id, codec(api_key, "response").decode(version, memoryview(data), pos)[0]

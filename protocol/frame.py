@@ -399,6 +399,26 @@ def decode_response_header(
     return correlation_id, pos
 
 
+def recv_frame(sock, max_bytes: int = 2**31 - 1) -> bytes:
+    """One size-prefixed frame from a blocking socket, without its size (a client reading a
+    response). ConnectionError when the peer closes; ProtocolError for a size past
+    ``max_bytes``."""
+    (size,) = _SIZE.unpack(_recv_exactly(sock, 4))
+    if not 0 <= size <= max_bytes:
+        raise ProtocolError(f"a frame of {size} bytes (at most {max_bytes})")
+    return _recv_exactly(sock, size)
+
+
+def _recv_exactly(sock, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
 def size_prefix(length: int) -> bytes:
     """The int32 size that precedes a frame of ``length`` bytes (for ``writelines``)."""
     return _SIZE.pack(length)

@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import base64
 import socket
-import struct
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Self
 
 from semel.protocol import api
 from semel.protocol.errors import Error, ProtocolError
-from semel.protocol.frame import decode_response_header, encode_request_header
+from semel.protocol.frame import recv_frame
 
 METADATA, LIST_OFFSETS, FIND_COORDINATOR, API_VERSIONS = 3, 2, 10, 18
 GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator key types
-_SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024  # refuse a garbage size prefix (not a Kafka broker?)
 # retried until the deadline: transient states of a healthy cluster (not, say,
 # UNKNOWN_TOPIC_OR_PARTITION, which Kafka calls retriable but a typo never outgrows)
@@ -175,42 +173,28 @@ class Connection:
 
     def request(self, api_key: int, body, version: int):
         self.correlation_id += 1
-        frame = bytearray(encode_request_header(
-            api_key, version, self.correlation_id, self.client_id,
-            api.request_header_version(api_key, version)))
-        api.codec(api_key, "request").encode(version, body, frame)
+        frame = api.encode_request(api_key, version, self.correlation_id, self.client_id, body)
         name = api.BY_KEY[api_key].name
         try:
             self.sock.settimeout(_left(self.deadline, f"{name} to {self.address}"))
-            self.sock.sendall(_SIZE.pack(len(frame)) + frame)
-            (size,) = _SIZE.unpack(self._read(4))
-            if not 0 <= size <= MAX_RESPONSE_BYTES:
-                raise ToolError(f"{self.address} sent a frame of {size} bytes: not a Kafka broker?")
-            data = self._read(size)
+            self.sock.sendall(frame)
+            data = recv_frame(self.sock, MAX_RESPONSE_BYTES)
+        except ProtocolError as e:
+            raise ToolError(f"{self.address} sent {e}: not a Kafka broker?") from None
         except TimeoutError:
             raise ToolError(f"timed out waiting for {name} from {self.address}") from None
         except OSError as e:
             raise ToolError(f"connection to {self.address} failed during {name}: "
                             f"{_reason(e)}") from None
         try:
-            got, pos = decode_response_header(data,
-                                              api.response_header_version(api_key, version))
-            if got != self.correlation_id:
-                raise BadResponse(f"{self.address} answered request {got}, expected "
-                                  f"{self.correlation_id}: not a Kafka broker?")
-            return api.codec(api_key, "response").decode(version, memoryview(data), pos)[0]
+            got, response = api.decode_response(api_key, version, data)
         except ProtocolError as e:
             raise BadResponse(f"cannot decode the {name} v{version} response from "
                               f"{self.address}: {e}") from None
-
-    def _read(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            buf += chunk
-        return bytes(buf)
+        if got != self.correlation_id:
+            raise BadResponse(f"{self.address} answered request {got}, expected "
+                              f"{self.correlation_id}: not a Kafka broker?")
+        return response
 
     def close(self) -> None:
         self.sock.close()
