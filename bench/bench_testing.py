@@ -23,13 +23,12 @@ def summary(name: str, samples: list[float]) -> None:
           f"(min {min(ms):.1f}, max {max(ms):.1f}, n={len(ms)})")
 
 
-def thread_broker(runs: int) -> None:
-    from semel.broker.testing import TEST_DEFAULTS, BrokerThread
-
+def start_stop(name: str, make, runs: int) -> None:
+    """Median start-to-ready and stop of ``runs`` brokers ``make(data_dir)`` builds."""
     starts, stops = [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as d:
-            broker = BrokerThread(Path(d) / "data", dict(TEST_DEFAULTS))
+            broker = make(Path(d) / "data")
             t0 = time.perf_counter()
             broker.start()
             t1 = time.perf_counter()
@@ -37,26 +36,8 @@ def thread_broker(runs: int) -> None:
             t2 = time.perf_counter()
             starts.append(t1 - t0)
             stops.append(t2 - t1)
-    summary("in-process broker: start to ready", starts)
-    summary("in-process broker: stop", stops)
-
-
-def process_broker(runs: int) -> None:
-    from semel.broker.testing import BrokerProcess
-
-    starts, stops = [], []
-    for _ in range(runs):
-        with tempfile.TemporaryDirectory() as d:
-            broker = BrokerProcess(Path(d) / "data", {"log.flush.mode": "none"})
-            t0 = time.perf_counter()
-            broker.start()
-            t1 = time.perf_counter()
-            broker.stop()
-            t2 = time.perf_counter()
-            starts.append(t1 - t0)
-            stops.append(t2 - t1)
-    summary("subprocess broker: exec to ready", starts)
-    summary("subprocess broker: SIGTERM to exit", stops)
+    summary(f"{name}: start to ready", starts)
+    summary(f"{name}: stop", stops)
 
 
 def pytest_runs(runs: int) -> None:
@@ -83,8 +64,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
     runs = parser.parse_args().runs
-    thread_broker(runs)
-    process_broker(runs)
+    from semel.broker.testing import TEST_DEFAULTS, BrokerProcess, BrokerThread
+
+    start_stop("in-process broker", lambda d: BrokerThread(d, dict(TEST_DEFAULTS)), runs)
+    start_stop("subprocess broker (exec)", lambda d: BrokerProcess(d, {"log.flush.mode": "none"}),
+               runs)
     pytest_runs(max(3, runs // 2))
 
 
