@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from semel.broker.server import Broker
 
 log = logging.getLogger("broker.dispatch")
+PRODUCE = 0
 API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
 _LOADED = HANDLERS.loaded  # the handler modules imported so far (HANDLERS imports the rest)
@@ -90,14 +91,21 @@ class Dispatcher:
             raise CloseConnection(f"unsupported version {version} of api {api_key}",
                                   "unsupported_version")
         started = time.perf_counter()
+        broker = self.broker
+        interceptor = broker.interceptor
+        if (api_key == PRODUCE and broker.authorizer is None
+                and (interceptor is None or interceptor.quiet)):
+            fast = handler.fast_path(broker, frame, version)
+            if fast is not None:
+                return await self._fast_produce(fast, correlation_id, started, release)
         try:
             header, pos = parse_request_header(frame, api.request_header_version(api_key, version))
             request_codec = api.codec(api_key, "request")
             request, _ = request_codec.decode(version, frame, pos)
         except ProtocolError as e:
             raise CloseConnection(f"malformed {api.BY_KEY[api_key].name} v{version}: {e}") from None
-        ctx = RequestContext(header, self.broker, session, release)
-        interceptor = self.broker.interceptor  # tests' fault injection (semel.broker.testing)
+        ctx = RequestContext(header, broker, session, release)
+        # interceptor: tests' fault injection (semel.broker.faults)
         fault = None if interceptor is None else interceptor.intercept(
             api_key, header, request, session)
         try:
@@ -121,6 +129,22 @@ class Dispatcher:
             # latency, and the error codes in the response (which: broker/metrics.py)
             self.metrics.observe_request(api_key, time.perf_counter() - started, response)
         return out.chunks()
+
+    async def _fast_produce(self, fast, correlation_id: int, started: float,
+                            release: Callable[[], None] | None) -> list:
+        """A Produce request the fast path appended: wait for the disk if acks=all needs it
+        (the connection's next request may start meanwhile), then answer."""
+        if fast.waits:
+            if release is not None:
+                release()
+            await fast.wait()
+        out = fast.encode(correlation_id)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.observe_request(PRODUCE, time.perf_counter() - started)
+            for code in fast.error_codes():
+                metrics.count_error(PRODUCE, code)
+        return [out]
 
     def _raw_token(self, frame: memoryview, session: Session) -> list:
         """A bare SASL token after SaslHandshake v0, answered with a bare token; a failure

@@ -330,6 +330,13 @@ class Faults:
         for pause in list(self._pauses):
             pause.release()
 
+    @property
+    def quiet(self) -> bool:
+        """No request rule is waiting: the dispatcher may take Produce's fast path, which
+        does not ask ``intercept`` (the client ids it records come from the requests a
+        connection opens with)."""
+        return not self.rules
+
     def intercept(self, api_key: int, header, request, session) -> Fault | None:
         """The dispatcher's question for each decoded request (on the broker's loop)."""
         client_id = getattr(header, "client_id", None)

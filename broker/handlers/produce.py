@@ -74,6 +74,7 @@ from semel.broker.handlers._authz import (
 from semel.broker.handlers._txn import txn_coordinator, verification_error
 from semel.broker.handlers.metadata import INTERNAL_TOPICS
 from semel.broker.security import AclOperation, ResourceType
+from semel.protocol import produce_fast
 from semel.protocol.errors import Error, KafkaError
 from semel.protocol.messages.produce_request import ProduceRequest
 from semel.protocol.messages.produce_response import (
@@ -92,6 +93,10 @@ IMPLICIT_ADD_VERSION = 12  # transaction version 2 (KIP-890 part 2)
 ADMIN_CLIENT_ID = "__admin_client"  # Kafka lets only its admin client write internal topics
 ZSTD = 4
 VALID_ACKS = (-1, 0, 1)
+_FAST_ACKS = (-1, 1)
+# compressed batches up to this size are validated on the fast path (decompressed, well
+# within _LOOP_BUDGET at any usual ratio); larger ones go the full way
+_FAST_COMPRESSED = 64 * 1024
 # decompressed bytes a batch's walk may take on the event loop before it moves to a worker
 # thread (about a millisecond of zstd/lz4 and walking; see bench/bench_protocol_records.py)
 _LOOP_BUDGET = 1 << 20
@@ -270,6 +275,124 @@ def _append_all(ctx, req: ProduceRequest, entries: list[_Entry],
         if acks == -1 and plog.high_watermark < result.next_offset:
             waits.append((entry, result.next_offset))
     return waits, failed
+
+
+class FastProduce:
+    """A Produce request of the common shape, appended (``fast_path``); ``wait`` (acks=all
+    with data not yet durable) and ``encode`` finish it."""
+
+    __slots__ = ("results", "timeout_ms", "version", "waits")
+
+    def __init__(self, version: int, timeout_ms: int, results: list, waits: list) -> None:
+        self.version = version
+        self.timeout_ms = timeout_ms
+        self.results = results  # [(topic, [PartitionResult])]
+        self.waits = waits  # [(plog, next offset, topic position, partition position)]
+
+    async def wait(self) -> None:
+        """Until every waited partition is durable; failures become its error."""
+        pending = asyncio.gather(*(plog.wait_durable(offset) for plog, offset, _, _ in self.waits),
+                                 return_exceptions=True)
+        pending.add_done_callback(_retrieve)
+        try:
+            if self.timeout_ms > 0:
+                outcomes = await asyncio.wait_for(pending, self.timeout_ms / 1000)
+            else:
+                outcomes = await pending
+        except TimeoutError:
+            outcomes = [None if plog.high_watermark >= offset
+                        else KafkaError(Error.REQUEST_TIMED_OUT) for plog, offset, _, _ in self.waits]
+        for (_, _, t, p), outcome in zip(self.waits, outcomes, strict=True):
+            if outcome is None:
+                continue
+            partitions = self.results[t][1]
+            index = partitions[p].index
+            if isinstance(outcome, KafkaError):
+                partitions[p] = _failed(index, outcome.code, outcome.message)
+            else:
+                partitions[p] = _failed(index, Error.KAFKA_STORAGE_ERROR, repr(outcome))
+
+    def encode(self, correlation_id: int) -> bytearray:
+        return produce_fast.encode_response(self.version, correlation_id, self.results)
+
+    def error_codes(self):
+        """The non-zero error codes of the answer (for the error metric)."""
+        return [p.error_code for _, partitions in self.results for p in partitions
+                if p.error_code]
+
+
+def fast_path(broker, frame: memoryview, version: int) -> FastProduce | None:
+    """The common Produce request, validated and appended without the generated message
+    classes (protocol/produce_fast.py), with the same outcome as ``handle``; None, with
+    nothing done, for anything else - the caller then runs ``handle``. The common shape:
+    acks 1 or all, one batch per partition, no internal topic, the authorizer off, and
+    either no transactional batch or, for transactional ones, a transaction already open
+    on every partition (no coordinator check needed). Validation errors also take the
+    full path, which reports them."""
+    parsed = produce_fast.parse(frame, version)
+    if parsed is None or parsed.acks not in _FAST_ACKS:
+        return None
+    logs = broker.log_manager
+    txn_id = parsed.transactional_id
+    cap = broker.config.message_max_uncompressed_bytes
+    plan = []
+    producer = None  # (producer id, epoch) of the request's transactional batches
+    for position, topic in enumerate(parsed.topics):
+        name = topic.name
+        if name in INTERNAL_TOPICS:
+            return None
+        for partition in topic.partitions:
+            plog = logs.get_partition(name, partition.index)
+            records = partition.records
+            if plog is None:
+                return None
+            header, error, _ = _first_batch(records, version)
+            if error or (header.compression and header.size > _FAST_COMPRESSED):
+                return None  # (a large compressed batch may need a worker thread)
+            if header.is_transactional:
+                key = (header.producer_id, header.producer_epoch)
+                if (txn_id is None or (producer is not None and producer != key)
+                        or not plog.has_ongoing_transaction(*key)):
+                    return None
+                producer = key
+            try:
+                validated = plog.validate_client_append(records, max_uncompressed=cap)
+                if not validated.run(_LOOP_BUDGET):
+                    return None
+            except KafkaError:
+                return None
+            plan.append((position, name, partition.index, plog, records, header, validated))
+    if (producer is not None and version >= IMPLICIT_ADD_VERSION
+            and producer[0] in _ORDER.get(broker, ())):
+        return None  # behind a request of the producer still adding partitions
+    acks_all = parsed.acks == -1
+    topic_in = broker.metrics.topic_in
+    results = [(topic.name, []) for topic in parsed.topics]
+    waits: list = []
+    for position, name, index, plog, records, header, validated in plan:
+        partitions = results[position][1]
+        try:
+            result = plog.append(records, origin="client", validated=validated)
+        except KafkaError as e:
+            partitions.append(_failed(index, e.code, e.message,
+                                      -1 if e.code in _NO_LOG_START else plog.log_start_offset))
+            continue
+        partitions.append(produce_fast.PartitionResult(
+            index, 0, result.base_offset, result.log_append_time, result.log_start_offset, None))
+        if not result.duplicate:
+            counts = topic_in.get(name)
+            if counts is None:
+                counts = topic_in[name] = [0, 0]
+            counts[0] += len(records)
+            counts[1] += header.record_count
+        if acks_all and plog.high_watermark < result.next_offset:
+            waits.append((plog, result.next_offset, position, len(partitions) - 1))
+    return FastProduce(version, parsed.timeout_ms, results, waits)
+
+
+def _failed(index: int, code: Error, message: str | None,
+            log_start_offset: int = -1) -> produce_fast.PartitionResult:
+    return produce_fast.PartitionResult(index, code, -1, -1, log_start_offset, message)
 
 
 def _authorize(ctx, req: ProduceRequest) -> Error:
