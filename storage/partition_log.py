@@ -62,6 +62,7 @@ import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from semel.protocol.errors import Error, KafkaError, ProtocolError
 from semel.protocol.records import (
@@ -76,9 +77,7 @@ from semel.protocol.records import (
     InvalidRecordError,
     iter_records,
     parse_control_record,
-    set_base_offset,
     set_max_timestamp_and_type,
-    set_partition_leader_epoch,
     validate_batches,
 )
 from semel.protocol.validator import (
@@ -119,6 +118,7 @@ log = logging.getLogger("storage.partition_log")
 NO_TIMESTAMP = -1
 _INT32_MAX = 2**31 - 1
 _LENGTH = struct.Struct(">i")
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 ORIGINS = ("client", "coordinator", "replication")
 
 
@@ -174,8 +174,10 @@ class ClientAppend:
         return True
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
+    """(A tuple: one is made per Produce request, and a frozen dataclass takes about a
+    microsecond longer to build.)"""
+
     base_offset: int  # first offset assigned (-1 for an empty append)
     last_offset: int
     log_append_time: int  # broker timestamp for LogAppendTime topics, else -1
@@ -454,8 +456,8 @@ class PartitionLog:
             if header[9] >= 0:  # producer_id
                 has_producer_ids = True
             position = header.position
-            set_base_offset(buf, position, offset)
-            set_partition_leader_epoch(buf, position, self.leader_epoch)
+            # baseOffset, batchLength (unchanged) and partitionLeaderEpoch in one write
+            _OFFSET_LENGTH_EPOCH.pack_into(buf, position, offset, header[1], self.leader_epoch)
             batch_max = header.max_timestamp
             if log_append_time:
                 set_max_timestamp_and_type(buf, position, now, LOG_APPEND_TIME)
@@ -464,7 +466,8 @@ class PartitionLog:
                 # Kafka's LogValidator: maxTimestamp := the largest record timestamp (a
                 # no-op, CRC untouched, when the producer wrote it right)
                 batch_max = summaries[i].max_timestamp
-                set_max_timestamp_and_type(buf, position, batch_max, CREATE_TIME)
+                if batch_max != header.max_timestamp or header.timestamp_type != CREATE_TIME:
+                    set_max_timestamp_and_type(buf, position, batch_max, CREATE_TIME)
             last = offset + header.last_offset_delta
             batches.append(AppendedBatch(header.size, last, batch_max))
             max_timestamp = max(max_timestamp, batch_max)
