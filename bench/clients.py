@@ -16,7 +16,9 @@ with ``values``, plain only, every record its own value cut from that file, benc
 bench/javabench.py),
 ``consume`` (from the beginning, until ``records`` arrive), ``tiny_txn`` (begin, 10 records
 to one partition, commit; per-commit latency), ``e2e_produce``/``e2e_consume`` (fixed rate,
-send time in the value, latency at receipt), ``endtxn`` (bench/endtxn_wire.py).
+send time in the value, latency at receipt), ``endtxn`` (bench/endtxn_wire.py),
+``request_cost`` (the broker's CPU per Produce request, bench/bench_request_cost.py; it
+reads the broker's CPU clock itself, so the spec carries the broker's pid).
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class ClientFailed(RuntimeError):
     pass
+
+
+class NotMeasured(RuntimeError):
+    """A broker cannot be measured on a workload (it does not offer a request version the
+    workload sends, or its process is not known); the message says why in a few words,
+    and the report shows it in that broker's cell instead of a figure."""
 
 
 # how long a client group may run before its clients are killed ("client timed out"); the A/B
@@ -388,9 +396,22 @@ def role_endtxn(spec: dict) -> dict:
     return out
 
 
+def role_request_cost(spec: dict) -> dict:
+    """bench/bench_request_cost.py's measure() on the broker whose pid the spec gives; a
+    broker that does not serve its requests gives ``{"not_measured": why}``."""
+    from bench import bench_request_cost
+
+    _ready_and_wait()
+    try:
+        return bench_request_cost.measure(spec["bootstrap"], spec["pid"], spec["requests"],
+                                          spec["runs"], warm_up=spec["warm_up"])
+    except bench_request_cost.Unsupported as e:
+        return {"not_measured": str(e)}
+
+
 ROLES = {"produce": role_produce, "consume": role_consume, "tiny_txn": role_tiny_txn,
          "e2e_produce": role_e2e_produce, "e2e_consume": role_e2e_consume,
-         "endtxn": role_endtxn}
+         "endtxn": role_endtxn, "request_cost": role_request_cost}
 
 
 def main() -> None:

