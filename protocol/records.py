@@ -88,6 +88,7 @@ __all__ = [
     "Record",
     "build_batch",
     "build_control_batch",
+    "is_valid_client_batch",
     "iter_batches",
     "iter_records",
     "parse_control_record",
@@ -382,6 +383,21 @@ def validate_batches(
         headers.append(header)
         pos += size
     return headers
+
+
+def is_valid_client_batch(view: memoryview, header: BatchHeader) -> bool:
+    """``validate_batches(view)`` would return ``[header]`` without an error: ``view`` is
+    exactly one batch (``header`` read at its start) passing every check of a client's
+    batch. The produce fast path's question; on False, ``validate_batches`` says what is
+    wrong."""
+    (_, batch_length, _, magic, crc, attributes, last_offset_delta, _, _, producer_id, _,
+     base_sequence, record_count, position) = header
+    return (position == 0 and magic == MAGIC and batch_length >= MIN_BATCH_LENGTH
+            and batch_length + LOG_OVERHEAD == len(view)
+            and attributes & COMPRESSION_MASK <= 4 and not attributes & CONTROL_MASK
+            and 0 < record_count == last_offset_delta + 1
+            and (producer_id <= NO_PRODUCER_ID or base_sequence >= 0)
+            and crc32c(view[ATTRIBUTES_OFFSET:]) == crc)
 
 
 def iter_batches(

@@ -71,10 +71,12 @@ from semel.protocol.records import (
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_OFFSET,
+    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
     ControlType,
     InvalidRecordError,
+    is_valid_client_batch,
     iter_records,
     parse_control_record,
     set_max_timestamp_and_type,
@@ -536,6 +538,99 @@ class PartitionLog:
             now if log_append_time else NO_TIMESTAMP,
             self.log_start_offset,
         )
+
+    def append_client_batch(
+        self, records: memoryview, header: BatchHeader, max_uncompressed: int
+    ) -> AppendResult | None:
+        """``append(records, origin="client")`` for Produce's common case in fewer steps:
+        one valid CreateTime batch (uncompressed, or small enough for the quick walk) in a
+        writable buffer, on a CreateTime topic, either without a producer id or the next
+        non-transactional batch of a known producer in its epoch. None, with nothing done,
+        for anything else - the caller then validates and appends the full way, which also
+        reports what is wrong. ``header`` is the batch's, read at position 0."""
+        config = self.config
+        size = len(records)
+        if (
+            self.closed
+            or self.offline
+            or records.readonly
+            or header[5] & (TRANSACTIONAL_MASK | TIMESTAMP_TYPE_MASK)
+            or config.message_timestamp_type == LOG_APPEND_TIME_CONFIG
+            or size > config.max_message_bytes
+            or size > config.segment_bytes
+            or not is_valid_client_batch(records, header)
+        ):
+            return None
+        now = self._clock()
+        summary = quick_summary(
+            records,
+            header,
+            require_keys="compact" in config.cleanup_policy,
+            timestamp_bounds=(
+                now - config.message_timestamp_before_max_ms,
+                now + config.message_timestamp_after_max_ms,
+            ),
+            max_uncompressed=max_uncompressed,
+        )
+        if summary is None:
+            return None
+        offset = self._log_end_offset
+        delta = header[6]
+        last = offset + delta
+        batch_max = summary.max_timestamp
+        producer_id = header[9]
+        entry = batch = None
+        producer_state = self.producer_state
+        if producer_id >= 0:
+            entry = producer_state.producers.get(producer_id)
+            if entry is None:
+                return None
+            base_sequence = header[11]
+            batch = producer_state.prepare_in_sequence_append(
+                entry,
+                header[10],
+                base_sequence,
+                base_sequence + delta
+                if base_sequence <= _INT32_MAX - delta
+                else delta - (_INT32_MAX - base_sequence) - 1,
+                batch_max,
+                offset,
+                last,
+            )
+            if batch is None:
+                return None
+        # from here on as append(): offsets, the roll, the write, the bookkeeping
+        _OFFSET_LENGTH_EPOCH.pack_into(records, 0, offset, header[1], self.leader_epoch)
+        if batch_max != header[8]:  # maxTimestamp := the largest record timestamp
+            set_max_timestamp_and_type(records, 0, batch_max, CREATE_TIME)
+        self._maybe_roll(size, batch_max, last, now)
+        segment = self._segments[-1]
+        try:
+            segment.append(records, (AppendedBatch(size, last, batch_max),))
+        except SegmentRollbackError as exc:
+            self.offline = True
+            log.error(
+                "%s: append failed and could not be undone; offline for writes: %s",
+                self.topic_partition,
+                exc,
+            )
+            raise self._storage_error("append", exc) from exc
+        except OSError as exc:
+            log.warning("%s: append failed, log unchanged: %s", self.topic_partition, exc)
+            raise self._storage_error("append", exc) from exc
+        self._log_end_offset = last + 1
+        if batch is not None:
+            producer_state.apply_in_sequence_append(entry, batch)
+        producer_state.map_end_offset = last + 1
+        if self.durable:
+            self._mark_unflushed(segment, False)
+        else:
+            self.high_watermark = last + 1
+            self._hw_position = (segment, segment.size)
+            if producer_state.unreplicated_txns:
+                producer_state.on_high_watermark_updated(last + 1)
+            self._notify_high_watermark()
+        return AppendResult(offset, last, NO_TIMESTAMP, self.log_start_offset)
 
     def _complete_txns(self, segment: LogSegment, completed: list[CompletedTxn]) -> None:
         """Markers were written: index the aborted transactions in the segment holding the

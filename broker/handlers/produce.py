@@ -312,6 +312,25 @@ class FastProduce:
             else:
                 partitions[p] = _failed(index, Error.KAFKA_STORAGE_ERROR, repr(outcome))
 
+    def appended(self, broker, position: int, topic: str, index: int, plog, records,
+                 header: BatchHeader, result, acks_all: bool) -> None:
+        partitions = self.results[position][1]
+        partitions.append(produce_fast.PartitionResult(
+            index, 0, result.base_offset, result.log_append_time, result.log_start_offset, None))
+        if not result.duplicate:
+            topic_in = broker.metrics.topic_in  # topic -> [bytes, records]
+            counts = topic_in.get(topic)
+            if counts is None:
+                counts = topic_in[topic] = [0, 0]
+            counts[0] += len(records)
+            counts[1] += header.record_count
+        if acks_all and plog.high_watermark < result.last_offset + 1:
+            self.waits.append((plog, result.last_offset + 1, position, len(partitions) - 1))
+
+    def failed(self, position: int, index: int, plog, e: KafkaError) -> None:
+        self.results[position][1].append(_failed(
+            index, e.code, e.message, -1 if e.code in _NO_LOG_START else plog.log_start_offset))
+
     def encode(self, correlation_id: int) -> bytearray:
         return produce_fast.encode_response(self.version, correlation_id, self.results)
 
@@ -328,13 +347,13 @@ def fast_path(broker, frame: memoryview, version: int) -> FastProduce | None:
     acks 1 or all, one batch per partition, no internal topic, the authorizer off, and
     either no transactional batch or, for transactional ones, a transaction already open
     on every partition (no coordinator check needed). Validation errors also take the
-    full path, which reports them."""
+    full path, which reports them. A request for one partition first tries the log's
+    fused check-and-append (``PartitionLog.append_client_batch``)."""
     parsed = produce_fast.parse(frame, version)
     if parsed is None or parsed.acks not in _FAST_ACKS:
         return None
     logs = broker.log_manager
     txn_id = parsed.transactional_id
-    cap = broker.config.message_max_uncompressed_bytes
     plan = []
     producer = None  # (producer id, epoch) of the request's transactional batches
     for position, topic in enumerate(parsed.topics):
@@ -355,39 +374,41 @@ def fast_path(broker, frame: memoryview, version: int) -> FastProduce | None:
                         or not plog.has_ongoing_transaction(*key)):
                     return None
                 producer = key
-            try:
-                validated = plog.validate_client_append(records, max_uncompressed=cap)
-                if not validated.run(_LOOP_BUDGET):
-                    return None
-            except KafkaError:
-                return None
-            plan.append((position, name, partition.index, plog, records, header, validated))
+            plan.append([position, name, partition.index, plog, records, header, None])
     if (producer is not None and version >= IMPLICIT_ADD_VERSION
             and producer[0] in _ORDER.get(broker, ())):
         return None  # behind a request of the producer still adding partitions
-    acks_all = parsed.acks == -1
-    topic_in = broker.metrics.topic_in
     results = [(topic.name, []) for topic in parsed.topics]
-    waits: list = []
+    fast = FastProduce(version, parsed.timeout_ms, results, [])
+    cap = broker.config.message_max_uncompressed_bytes
+    acks_all = parsed.acks == -1
+    if len(plan) == 1:
+        position, name, index, plog, records, header, _ = plan[0]
+        try:
+            result = plog.append_client_batch(records, header, cap)
+        except KafkaError as e:
+            fast.failed(position, index, plog, e)
+            return fast
+        if result is not None:
+            fast.appended(broker, position, name, index, plog, records, header, result,
+                          acks_all)
+            return fast
+    for step in plan:  # every batch valid before anything is appended
+        try:
+            validated = step[3].validate_client_append(step[4], max_uncompressed=cap)
+            if not validated.run(_LOOP_BUDGET):
+                return None
+        except KafkaError:
+            return None
+        step[6] = validated
     for position, name, index, plog, records, header, validated in plan:
-        partitions = results[position][1]
         try:
             result = plog.append(records, origin="client", validated=validated)
         except KafkaError as e:
-            partitions.append(_failed(index, e.code, e.message,
-                                      -1 if e.code in _NO_LOG_START else plog.log_start_offset))
+            fast.failed(position, index, plog, e)
             continue
-        partitions.append(produce_fast.PartitionResult(
-            index, 0, result.base_offset, result.log_append_time, result.log_start_offset, None))
-        if not result.duplicate:
-            counts = topic_in.get(name)
-            if counts is None:
-                counts = topic_in[name] = [0, 0]
-            counts[0] += len(records)
-            counts[1] += header.record_count
-        if acks_all and plog.high_watermark < result.next_offset:
-            waits.append((plog, result.next_offset, position, len(partitions) - 1))
-    return FastProduce(version, parsed.timeout_ms, results, waits)
+        fast.appended(broker, position, name, index, plog, records, header, result, acks_all)
+    return fast
 
 
 def _failed(index: int, code: Error, message: str | None,
