@@ -97,7 +97,13 @@ class Dispatcher:
                 and (interceptor is None or interceptor.quiet)):
             fast = handler.fast_path(broker, frame, version)
             if fast is not None:
-                return await self._fast_produce(fast, correlation_id, started, release)
+                if fast.waits:
+                    # acks=all, not durable yet: the connection's next request may start
+                    # while this one waits for the disk
+                    if release is not None:
+                        release()
+                    await fast.wait()
+                return self._fast_answer(fast, correlation_id, started)
         try:
             header, pos = parse_request_header(frame, api.request_header_version(api_key, version))
             request_codec = api.codec(api_key, "request")
@@ -130,14 +136,8 @@ class Dispatcher:
             self.metrics.observe_request(api_key, time.perf_counter() - started, response)
         return out.chunks()
 
-    async def _fast_produce(self, fast, correlation_id: int, started: float,
-                            release: Callable[[], None] | None) -> list:
-        """A Produce request the fast path appended: wait for the disk if acks=all needs it
-        (the connection's next request may start meanwhile), then answer."""
-        if fast.waits:
-            if release is not None:
-                release()
-            await fast.wait()
+    def _fast_answer(self, fast, correlation_id: int, started: float) -> list:
+        """The answer to a Produce request the fast path appended."""
         out = fast.encode(correlation_id)
         metrics = self.metrics
         if metrics is not None:
