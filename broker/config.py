@@ -469,6 +469,12 @@ class BrokerConfig:
         hi=INT32_MAX,
         semel="semel's own key",
     )
+    socket_sendfile_enable: bool = _bool(
+        True,
+        "Fetch sends large record data from the segment files with sendfile (zero copy) on "
+        "listeners without TLS; false reads it into memory and writes it, as TLS does.",
+        semel="semel's own key",
+    )
     socket_request_read_timeout_ms: int = _int(
         30000,
         "A request whose first byte has arrived must arrive whole within this time, else "

@@ -36,6 +36,19 @@ connection idle past ``connections.max.idle.ms``, with a request unfinished past
 ``semel_request_queue_time_seconds`` histogram) runs from the read that completed its frame
 to its start.
 
+Zero copy: a Fetch response's records may be a file region (storage/file_region.py) among
+its buffers. Without TLS, once the transport's write buffer is empty, the connection writes
+the response itself on a duplicate of the socket's descriptor - its buffers with
+``os.writev``, the region with ``os.sendfile`` from the segment file, so the bytes go from the
+page cache to the socket - and whatever follows a region, until no region is left; then the
+transport takes over again. When the socket is full it waits for it to be writable
+(``loop.add_writer`` on the duplicate: uvloop and asyncio both refuse a transport's own
+descriptor, and uvloop has no ``loop.sendfile``). Meanwhile reading pauses, as when the
+transport's buffer is full. A region is released (its segment unpinned) once sent, or when
+the connection is lost; ``close()`` lets what was answered go out first, as
+``transport.close()`` does. Where sendfile cannot be used (TLS, a transport without a
+socket) the region is read into memory and written like any buffer.
+
 Bad input (framing errors, malformed or unsupported requests, timeouts) closes the
 connection, is counted in ``semel_bad_input_total{reason}`` and logged once per connection
 through a rate limit, without a traceback.
@@ -45,7 +58,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
+from itertools import islice
 from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
@@ -54,9 +69,11 @@ from semel.broker.security.endpoint import AuthenticationRefused
 from semel.broker.security.session import Session
 from semel.protocol.errors import ProtocolError
 from semel.protocol.frame import BufferedFrameReader
+from semel.storage.file_region import FileRegion
 
 # how long one connection may run requests back to back in one round of the event loop
 BURST_NS = 200_000
+IOV_MAX = 1024  # buffers per writev (Linux's UIO_MAXIOV)
 
 if TYPE_CHECKING:
     from semel.broker.security.endpoint import ListenerEndpoint
@@ -109,6 +126,16 @@ class Connection(asyncio.BufferedProtocol):
         self.read_ns = 0
         self.close_at: int | None = None  # failed authentication: closed at this monotonic ms
         self.session = Session(self.ip)
+        # zero copy: the socket's descriptor (None: regions are read and written as bytes);
+        # what is written directly, from the first region on (buffers and regions), bytes of
+        # its head already sent, regions in it, and the duplicate descriptor written to
+        self.socket_fd: int | None = None
+        self.out: deque = deque()
+        self.out_sent = 0
+        self.out_regions = 0
+        self.out_fd: int | None = None
+        self.out_waiting = False  # add_writer(out_fd) is on
+        self.close_when_sent = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -125,6 +152,7 @@ class Connection(asyncio.BufferedProtocol):
             transport.abort()
             return
         self.admitted = True
+        self.socket_fd = _sendfile_socket(transport, self.broker.config)
         if self.endpoint is not None:
             try:
                 self.session = self.endpoint.new_session(
@@ -142,6 +170,10 @@ class Connection(asyncio.BufferedProtocol):
         self.reader.close()
         for task in self.tasks:
             task.cancel()
+        self._drop_out()
+        for slot in self.slots:
+            if slot.data is not None:
+                _release_regions(slot.data)
 
     def pause_writing(self) -> None:
         self.writing_paused = True
@@ -317,16 +349,150 @@ class Connection(asyncio.BufferedProtocol):
             self.pending_bytes -= slot.size
             if slot.data is not None:
                 buffers += slot.data
-        if buffers and not self.closed:
-            self.transport.writelines(buffers)
+        if buffers:
+            if self.closed:
+                _release_regions(buffers)
+            else:
+                self._write(buffers)
         self.last_active = self.broker.monotonic_ms()
         return True
+
+    # -- writing, file regions with sendfile ----------------------------------------------
+
+    def _write(self, buffers: list) -> None:
+        """Write response buffers in order: through the transport, unless a file region is
+        among them or still on its way; then they go out on the socket (``_send_out``)."""
+        regions = 0
+        for i, item in enumerate(buffers):
+            if item.__class__ is FileRegion:
+                if self.socket_fd is None:  # TLS: the bytes, read now
+                    buffers[i] = item.read()
+                    item.release()
+                else:
+                    regions += 1
+        if not regions and not self.out:
+            self.transport.writelines(buffers)
+            return
+        self.out.extend(buffers)
+        self.out_regions += regions
+        if not self.out_waiting:  # else the socket is full: sent when it is writable
+            self._send_out()
+
+    def _send_out(self) -> None:
+        """Send ``out`` on the socket while it holds a region: buffers with writev, regions
+        with sendfile, all on a duplicate of the socket's descriptor (the transport's own
+        may be closed and its number reused before ``connection_lost`` comes). First the
+        transport's buffer must be empty; while it is not, or the socket is full, wait
+        until the socket is writable. Then the transport takes the rest."""
+        if self.transport is None or (self.out_fd is None and not self._open_out()):
+            return
+        out, fd = self.out, self.out_fd
+        try:
+            while self.out_regions:
+                if self.transport.get_write_buffer_size():
+                    self._wait_writable()
+                    return
+                head = out[0]
+                if head.__class__ is FileRegion:
+                    sent = self.out_sent
+                    n = os.sendfile(fd, head.fd, head.position + sent, head.size - sent)
+                    if n == 0:  # the file ends before the region: never, unless truncated
+                        raise OSError(f"{head!r} ended after {sent} bytes")
+                    if sent + n < head.size:  # the socket is full
+                        self.out_sent = sent + n
+                        self._wait_writable()
+                        return
+                    out.popleft()
+                    head.release()
+                    self.out_regions -= 1
+                    self.out_sent = 0
+                else:
+                    self._writev(fd)
+        except BlockingIOError:
+            self._wait_writable()
+            return
+        except OSError as exc:
+            log.info("closing %s: sending a fetch response failed: %s", self.peer, exc)
+            self.transport.abort()
+            self._drop_out()
+            return
+        self._close_out()
+        if out:
+            rest = list(out)
+            if self.out_sent:
+                rest[0] = memoryview(rest[0])[self.out_sent:]
+            out.clear()
+            self.out_sent = 0
+            self.transport.writelines(rest)
+        self.last_active = self.broker.monotonic_ms()
+        if self.close_when_sent:
+            self.transport.close()
+        else:
+            self._update_reading()
+
+    def _writev(self, fd: int) -> None:
+        """Write the buffers at the head of ``out``, up to the next region, as far as the
+        socket takes them; raises BlockingIOError when it takes nothing."""
+        out = self.out
+        buffers = []
+        for item in islice(out, IOV_MAX):
+            if item.__class__ is FileRegion:
+                break
+            buffers.append(item)
+        sent = self.out_sent
+        if sent:
+            buffers[0] = memoryview(buffers[0])[sent:]
+        n = os.writev(fd, buffers)
+        while out and out[0].__class__ is not FileRegion:
+            left = len(out[0]) - sent
+            if n < left:
+                sent += n
+                break
+            n -= left
+            out.popleft()
+            sent = 0
+        self.out_sent = sent
+
+    def _open_out(self) -> bool:
+        """Duplicate the socket's descriptor for ``out``; not once the transport is closing:
+        its descriptor may be closed, its number already someone else's."""
+        if self.transport.is_closing():
+            self._drop_out()
+            return False
+        try:
+            self.out_fd = os.dup(self.socket_fd)
+        except OSError as exc:
+            log.info("closing %s: no descriptor to send a fetch response: %s", self.peer, exc)
+            self.transport.abort()
+            self._drop_out()
+            return False
+        return True
+
+    def _wait_writable(self) -> None:
+        if not self.out_waiting:
+            asyncio.get_running_loop().add_writer(self.out_fd, self._send_out)
+            self.out_waiting = True
+
+    def _close_out(self) -> None:
+        fd, self.out_fd = self.out_fd, None
+        if fd is not None:
+            if self.out_waiting:
+                self.out_waiting = False
+                asyncio.get_running_loop().remove_writer(fd)
+            os.close(fd)
+
+    def _drop_out(self) -> None:
+        """The connection is gone: release the regions not sent, stop waiting."""
+        self._close_out()
+        _release_regions(self.out)
+        self.out.clear()
+        self.out_sent = self.out_regions = 0
 
     def _update_reading(self) -> None:
         if self.closed or self.transport is None:
             return
         memory = self.memory
-        should_pause = (self.reader.full or self.writing_paused
+        should_pause = (self.reader.full or self.writing_paused or self.out
                         or self.session.close_after_ms is not None
                         or self.pending_bytes > self.max_pending
                         or (memory.large_full and (memory.full or self.reader.receiving_large)))
@@ -345,7 +511,7 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def idle(self) -> bool:
-        return not self.slots and not self.reader.buffered
+        return not self.slots and not self.out and not self.reader.buffered
 
     def bad_input(self, reason: str, message: str) -> None:
         """Count bad input from this client; log it once per connection (rate-limited)."""
@@ -355,10 +521,32 @@ class Connection(asyncio.BufferedProtocol):
             self.broker.bad_input_log.warning(message)
 
     def close(self) -> None:
+        """Close once what was answered has gone out (the transport's buffer, and a region
+        being sent with what follows it)."""
         if not self.closed:
             self.closed = True
             if self.transport is not None:
-                self.transport.close()
+                if self.out:
+                    self.close_when_sent = True
+                else:
+                    self.transport.close()
+
+
+def _sendfile_socket(transport: asyncio.BaseTransport, config) -> int | None:
+    """The descriptor file regions are sent to with sendfile: a plain socket's, with
+    ``socket.sendfile.enable``; None under TLS or on a transport without a socket."""
+    if (not config.socket_sendfile_enable or not hasattr(os, "sendfile")
+            or transport.get_extra_info("ssl_object") is not None):
+        return None
+    sock = transport.get_extra_info("socket")
+    fd = sock.fileno() if sock is not None else -1
+    return fd if fd >= 0 else None
+
+
+def _release_regions(buffers) -> None:
+    for item in buffers:
+        if item.__class__ is FileRegion:
+            item.release()
 
 
 async def _resumed(coro, yielded):

@@ -90,6 +90,7 @@ from semel.protocol.validator import (
 )
 from semel.storage.config import LOG_APPEND_TIME as LOG_APPEND_TIME_CONFIG
 from semel.storage.config import LogConfig
+from semel.storage.file_region import FileRegion
 from semel.storage.fs import RealFileSystem
 from semel.storage.producer_state import (
     ORIGIN_CLIENT,
@@ -196,7 +197,7 @@ class AppendResult(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    records: bytes | memoryview  # whole batches, possibly empty
+    records: bytes | memoryview | FileRegion  # whole batches, possibly empty
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -1139,11 +1140,17 @@ class PartitionLog:
         max_bytes: int,
         upper_bound: int | None = None,
         min_one_batch: bool = True,
+        region_min: int | None = None,
     ) -> ReadResult:
         """Whole batches from the one containing `fetch_offset`, from one segment, up to
         `max_bytes` (at least one batch if `min_one_batch`), ending before `upper_bound`
         (default: the high watermark). Raises KafkaError(OFFSET_OUT_OF_RANGE) outside
-        [log_start_offset, log_end_offset]."""
+        [log_start_offset, log_end_offset].
+
+        With `region_min`, a read of at least that many bytes returns a FileRegion (the
+        range in the segment's file, pinned; storage/file_region.py) instead of the bytes:
+        only the batch headers near its end are read, to end it at a whole batch. The
+        bound must be at most the high watermark: the bytes below it never change."""
         log_start, log_end, hw = self.log_start_offset, self._log_end_offset, self.high_watermark
         if fetch_offset < log_start or fetch_offset > log_end:
             raise KafkaError(
@@ -1153,17 +1160,21 @@ class PartitionLog:
                 f"{log_start} to {log_end}.",
             )
         bound = hw if upper_bound is None else min(upper_bound, log_end)
+        if region_min is not None and bound > hw:
+            raise ValueError(f"a file region must end below the high watermark ({hw})")
         data = b""
         if fetch_offset < bound:
             try:
-                data = self._read_range(fetch_offset, bound, max_bytes, min_one_batch)
+                data = self._read_range(fetch_offset, bound, max_bytes, min_one_batch,
+                                        region_min)
             except OSError as exc:
                 raise self._storage_error("read", exc) from exc
         return ReadResult(data, hw, log_start, log_end, self.last_stable_offset)
 
     def _read_range(
-        self, fetch_offset: int, bound: int, max_bytes: int, min_one_batch: bool
-    ) -> bytes | memoryview:
+        self, fetch_offset: int, bound: int, max_bytes: int, min_one_batch: bool,
+        region_min: int | None = None,
+    ) -> bytes | memoryview | FileRegion:
         segments = self._segments
         i = self._segment_index(fetch_offset)
         while i < len(segments):
@@ -1180,6 +1191,15 @@ class PartitionLog:
             if available <= 0:
                 return b""
             limit = max(max_bytes, header.size) if min_one_batch else max_bytes
+            if region_min is not None and min(available, limit) >= region_min:
+                if available <= limit:
+                    return segment.region(position, available)
+                cut, last = segment.last_whole_batch(position, position + limit)
+                if cut <= position:
+                    return b""
+                if cut - position >= region_min:
+                    return segment.region(position, cut - position, last)
+                return segment.read(position, cut - position)
             if available <= limit:
                 return segment.read(position, available)
             data = segment.read(position, limit)
@@ -1225,7 +1245,7 @@ class PartitionLog:
         return found
 
     def aborted_transactions_in(
-        self, fetch_offset: int, records: bytes | memoryview
+        self, fetch_offset: int, records: bytes | memoryview | FileRegion
     ) -> list[tuple[int, int]]:
         """The aborted transactions a read_committed fetch from `fetch_offset` returning
         `records` (whole batches, as `read` gives them) must report: those with data in
@@ -1234,7 +1254,9 @@ class PartitionLog:
             s.txn_index.count for s in self._segments[self._segment_index(fetch_offset) :]
         ):
             return []  # the common case: no abort anywhere near, the records are not walked
-        return self.collect_aborted_transactions(fetch_offset, _records_end_offset(records))
+        end = (records.end_offset() if isinstance(records, FileRegion)
+               else _records_end_offset(records))
+        return self.collect_aborted_transactions(fetch_offset, end)
 
     def iter_batches_from(
         self, start_offset: int, *, with_data: bool = False

@@ -13,6 +13,11 @@ than `index.interval.bytes` were written since the last index entry, add an offs
 entry (batch last offset, batch position) and a time index entry (max timestamp so far,
 offset of that timestamp's batch).
 
+A Fetch may take a range of batches as a `FileRegion` (storage/file_region.py) instead of
+bytes: the connection sends it from the `.log` file with sendfile, and the segment stays
+pinned (its file open) until then. `last_whole_batch` ends such a range at a whole batch and
+`data_records` counts its records from the batch headers, both without reading the range.
+
 `LogFileReader` walks the batches of one `.log` file read-only, outside any log (the
 dump-log tool).
 
@@ -39,6 +44,8 @@ from semel.protocol.records import (
     iter_batches,
     validate_batches,
 )
+from semel.protocol.records import data_records as _data_records
+from semel.storage.file_region import FileRegion
 from semel.storage.fs import FileHandle, RealFileSystem
 from semel.storage.offset_index import CorruptIndexError, OffsetIndex
 from semel.storage.time_index import TimeIndex
@@ -58,6 +65,10 @@ SWAP_SUFFIX = ".swap"
 FIRST_SCAN_CHUNK = 4 * 1024  # first read when walking batch headers (doubles each refill)
 SCAN_CHUNK = 64 * 1024  # largest read when walking batch headers
 RECOVER_CHUNK = 1024 * 1024  # bytes read at a time when verifying CRCs
+# data_records: batches this large are counted from their header alone (one small read
+# costs less than reading them); smaller ones are read in pieces of about COUNT_PIECE
+COUNT_FROM_HEADER = 8 * 1024
+COUNT_PIECE = 256 * 1024
 _LENGTH = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
 
@@ -81,6 +92,17 @@ def _whole_batches(chunk: bytes) -> tuple[list[BatchHeader], InvalidRecordError 
             headers = [h for h in headers if h.position < (exc.position or 0)]
             bad = exc
     return headers, bad
+
+
+def _whole_batches_length(chunk: bytes) -> int:
+    """Length of the longest prefix of ``chunk`` made of whole batches (framing only)."""
+    end, n = 0, len(chunk)
+    while end + LOG_OVERHEAD <= n:
+        nxt = end + LOG_OVERHEAD + _LENGTH.unpack_from(chunk, end + 8)[0]
+        if nxt > n or nxt <= end:
+            break
+        end = nxt
+    return end
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -369,6 +391,64 @@ class LogSegment:
 
     def read(self, position: int, size: int) -> bytes:
         return self._file().pread(size, position)
+
+    def region(self, position: int, size: int, last: BatchHeader | None = None) -> FileRegion:
+        """The whole batches in [position, position + size) as a FileRegion, sent from the
+        file by the connection; it pins the segment until released. ``last``: the header of
+        the last batch, if known."""
+        return FileRegion(self, self._file().fd, position, size, last)
+
+    def last_whole_batch(self, position: int, end: int) -> tuple[int, BatchHeader | None]:
+        """Where the whole batches from ``position`` (a batch start) that end at or before
+        ``end`` stop, and the header of the last of them (``position`` and None when not even
+        the first fits). The walk starts at the offset index entry before ``end``, not at
+        ``position``: an index interval of headers, however far apart the two are."""
+        stop = end
+        while True:
+            start = max(self.offset_index.lookup_position(stop - 1)[1], position)
+            cut, last = start, None
+            for pos, header in self.iter_headers(start, end):
+                cut, last = pos + header.size, header
+            if last is not None or start <= position:
+                return cut, last
+            stop = start  # the batch at that entry crosses ``end``: look before it
+
+    def data_records(self, position: int, end: int) -> int:
+        """Records of the data batches in [position, end), whole batches, control batches
+        left out (Fetch's MessagesOut), without reading every byte: a batch of at least
+        COUNT_FROM_HEADER bytes is counted from its header alone (one small read); a run of
+        smaller ones is read in pieces of about COUNT_PIECE that end at batch starts (offset
+        index entries) and counted by protocol.records.data_records."""
+        total = 0
+        file = self._file()
+        index = self.offset_index
+        while position + HEADER_SIZE <= end:
+            header = BatchHeader(file.pread(HEADER_SIZE, position))
+            size = header.size
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.magic != MAGIC:
+                raise CorruptRecordError(
+                    f"no batch at position {position} of {self.path(LOG_SUFFIX)}", position
+                )
+            if size >= COUNT_FROM_HEADER:
+                if not header.is_control:
+                    total += header.record_count
+                position += size
+                continue
+            stop = min(end, position + max(COUNT_PIECE, size))
+            if stop < end:
+                entry = index.lookup_position(stop)[1]
+                if entry > position:
+                    stop = entry
+                    piece = file.pread(stop - position, position)
+                else:  # no index entry within the piece: cut it at its last whole batch
+                    piece = file.pread(stop - position, position)
+                    stop = position + _whole_batches_length(piece)
+                    piece = memoryview(piece)[: stop - position]
+            else:
+                piece = file.pread(stop - position, position)
+            total += _data_records(piece)
+            position = stop
+        return total
 
     def iter_headers(
         self, position: int = 0, end: int | None = None, limit: int | None = None

@@ -36,6 +36,11 @@ errors carry -1 there, as Kafka's do.
   current_leader_epoch other than 0; NOT_LEADER_OR_FOLLOWER for follower fetches (replica
   id >= 0: this node has no followers); KAFKA_STORAGE_ERROR (NOT_LEADER_OR_FOLLOWER before
   v6, as Kafka down-converts it).
+- Zero copy: with ``socket.sendfile.enable`` (default) on a listener without TLS, a
+  partition's records of at least ATTACH_MIN bytes are a FileRegion (storage/file_region.py)
+  rather than bytes: the connection sends them from the segment's file with os.sendfile
+  after the response's preceding bytes. MessagesOut is then counted from the batch headers
+  (``FileRegion.data_records``), not from the bytes, which the broker never reads.
 - preferred_read_replica is always -1; diverging_epoch, current_leader, snapshot_id and
   node_endpoints are never set.
 """
@@ -66,12 +71,15 @@ from semel.protocol.messages.fetch_response import (
     FetchResponse,
     PartitionData,
 )
+from semel.protocol.primitives import ATTACH_MIN
 from semel.protocol.records import data_records
+from semel.storage.file_region import FileRegion
 
 API_KEY = 1
 READ_COMMITTED = 1
 TOPIC_IDS_VERSION = 13
 ALL = object()  # a follower fetch without ClusterAction: every partition is denied
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 
 
 class _Read:
@@ -213,8 +221,9 @@ async def _read_until_ready(ctx, reads: list[_Read], req: FetchRequest) -> None:
     deadline = loop.time() + req.max_wait_ms / 1000
     keys = [(r.log.topic_partition.topic, r.log.topic_partition.partition) for r in readable]
     waiters = ctx.broker.fetch_waiters
+    region_min = _region_min(ctx)
     while True:
-        size, read_error = _read_all(readable, req, version)
+        size, read_error = _read_all(readable, req, version, region_min)
         remaining = deadline - loop.time()
         if size >= req.min_bytes or read_error or remaining <= 0:
             return
@@ -226,9 +235,20 @@ async def _read_until_ready(ctx, reads: list[_Read], req: FetchRequest) -> None:
             pass
 
 
-def _read_all(reads: list[_Read], req: FetchRequest, version: int) -> tuple[int, bool]:
+def _region_min(ctx) -> int | None:
+    """The smallest records read as a FileRegion (sent with sendfile), None for none: the
+    response frame attaches records of ATTACH_MIN bytes and more by reference, so a region
+    is never smaller; TLS needs the bytes."""
+    if not ctx.config.socket_sendfile_enable or ctx.session.protocol in TLS_PROTOCOLS:
+        return None
+    return ATTACH_MIN
+
+
+def _read_all(reads: list[_Read], req: FetchRequest, version: int,
+              region_min: int | None = None) -> tuple[int, bool]:
     """Read every partition in order within the size limits; returns the record bytes read
-    and whether any partition failed."""
+    and whether any partition failed. A read again (a long poll woken) releases the file
+    regions of the one before."""
     limit = req.max_bytes
     min_one_batch = True
     total = 0
@@ -246,9 +266,10 @@ def _read_all(reads: list[_Read], req: FetchRequest, version: int) -> tuple[int,
             read_error = True
             continue
         try:
+            _release(response)
             result = plog.read(read.fetch_offset, max(0, min(read.max_bytes, limit)),
                                upper_bound=_upper_bound(plog, read_committed),
-                               min_one_batch=min_one_batch)
+                               min_one_batch=min_one_batch, region_min=region_min)
             aborted = None
             if read_committed:
                 aborted = [AbortedTransaction(producer_id=pid, first_offset=first) for pid, first
@@ -287,7 +308,8 @@ def _count_bytes_out(ctx, reads: list[_Read]) -> None:
             if topic is None:
                 topic = counts[read.topic] = [0, 0]
             topic[0] += len(records)
-            topic[1] += data_records(records)
+            topic[1] += (records.data_records() if records.__class__ is FileRegion
+                         else data_records(records))
 
 
 def _upper_bound(plog, read_committed: bool) -> int:
@@ -326,7 +348,15 @@ def _grouped(reads: list[_Read], by_id: bool) -> list[FetchableTopicResponse]:
     return topics
 
 
+def _release(response: PartitionData) -> None:
+    """Unpin the file region the partition's answer holds, if any (it is being replaced)."""
+    records = response.records
+    if records.__class__ is FileRegion:
+        records.release()
+
+
 def _fail(response: PartitionData, code: Error) -> None:
+    _release(response)
     response.error_code = code
     response.high_watermark = -1
     response.last_stable_offset = -1
