@@ -119,6 +119,8 @@ def rows(sizes) -> list[Row]:
             "1 partition)", True, 0),
         Row("tiny-txn", "commit_ms_p50", "commit_transaction() p50 (ms)", False, 2),
         Row("tiny-txn", "commit_ms_p99", "commit_transaction() p99 (ms)", False, 2),
+        Row("tiny-txn", "fsync_ms_p50", "... the disk meanwhile: fdatasync p50 (ms)", False, 2),
+        Row("tiny-txn", "fsync_ms_p99", "... the disk meanwhile: fdatasync p99 (ms)", False, 2),
         Row("endtxn", "endtxn_ms_p50", "EndTxn on the wire p50 (ms)", False, 2),
         Row("endtxn", "endtxn_ms_p99", "EndTxn on the wire p99 (ms)", False, 2),
         Row("endtxn", "endtxn_ms_p999", "EndTxn on the wire p99.9 (ms)", False, 2),
@@ -552,7 +554,9 @@ over the span from the first client's start to the last client's end.
   read_committed, and another with read_uncommitted.
 - Committed transactions/s: 1 transactional producer, begin / 10 records of 100 B to one
   partition / commit, back to back for {s.tiny_txn_s:g} s; commit_transaction() latency as
-  the client sees it.
+  the client sees it. Beside it a probe thread appends 100 B to a file in the broker's data
+  directory (a temporary directory for the peer) and times its fdatasync every 20 ms: the
+  disk's latency while the commits were measured.
 - EndTxn on the wire: a raw client built on semel's codecs (bench/endtxn_wire.py) runs
   {s.endtxn_count} transactions (AddPartitionsToTxn v3, Produce v9 with 10 records, EndTxn v3
   commit) and times only the EndTxn request -> response round trip.

@@ -15,7 +15,9 @@ Files in `<data_dir>/`:
 
 Background tasks started by `start()`: the flusher (group commit: one fsync per dirty
 partition per round in an executor thread, then high watermarks advance, waiters resolve and
-`on_high_watermark(partition_log)` is called), the retention check every
+`on_high_watermark(partition_log)` is called; a round starts one turn of the event loop
+after the append that asked for it, so what tasks woken meanwhile append shares it), the
+retention check every
 `retention_check_interval_ms`, and the producer-id expiration check every
 `producer_id_expiration_check_interval_ms` (forgets producers idle for
 `producer_id_expiration_ms`, then writes a producer snapshot for every partition whose state
@@ -671,6 +673,10 @@ class LogManager:
         event = self._dirty_event
         while True:
             await event.wait()
+            # one more turn of the loop first: tasks woken by the same event (a request let
+            # go by the append that set it, say) append before the round takes its snapshot,
+            # and share its fsync instead of waiting for the next round
+            await asyncio.sleep(0)
             event.clear()
             try:
                 await self._flush_round()

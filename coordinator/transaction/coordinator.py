@@ -10,8 +10,14 @@ operation runs in a task of its own, so a client that disconnects cannot cut it 
 
 EndTxn: once PREPARE_COMMIT / PREPARE_ABORT is durable (the commit point) the client is
 answered, then a completion task calls ``write_markers`` for every partition of the
-transaction, retrying retriable errors, and persists COMPLETE_*. ``write_markers`` is
-injected (the function that also serves WriteTxnMarkers):
+transaction (one flush round for all of them), retrying retriable errors, and writes
+COMPLETE_* lazily: applied as soon as it is appended, its fsync joins the next flush round
+(PREPARE_* stays the durable state until then, from which a restart completes again; see
+``_complete_lazily``). A request that finds the id busy while the markers' first attempt is
+in flight (the client's next AddPartitionsToTxn, a retried EndTxn or InitProducerId) waits
+for that attempt instead of being told CONCURRENT_TRANSACTIONS, so a client's next
+transaction costs no retry backoff. ``write_markers`` is injected (the function that also
+serves WriteTxnMarkers):
 
     async write_markers(transactional_id, producer_id, producer_epoch, coordinator_epoch,
                         commit, partitions, *, transaction_version) -> {partition: Error}
@@ -27,7 +33,9 @@ the semel_two_phase_commit_transactions_overdue metric when open longer than
 forget transactional ids unused for ``transactional.id.expiration.ms`` (tombstones). Time comes from the injected ``clock``; tests call
 ``abort_timed_out_transactions`` / ``remove_expired_transactional_ids`` directly.
 
-Where semel differs from Kafka 4.x: a failed ``__transaction_state`` write answers
+Where semel differs from Kafka 4.x: COMPLETE_* is applied before it is durable (Kafka waits
+for its replication) and requests wait for a completion in flight (Kafka answers
+CONCURRENT_TRANSACTIONS); a failed ``__transaction_state`` write answers
 COORDINATOR_NOT_AVAILABLE (Kafka: NOT_COORDINATOR for storage errors; both make clients
 retry); a marker refused with INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED counts
 as written (a newer epoch already closed that partition's transaction; Kafka abandons the
@@ -184,6 +192,8 @@ class TransactionCoordinator:
         self.before_complete: Callable[[str, TxnMetadata], Awaitable[None]] | None = None
         self._ops: set[asyncio.Task] = set()
         self._completions: dict[str, asyncio.Task] = {}
+        # ids whose completion is in the markers' first attempt: the requests waiting on it
+        self._completing: dict[str, list[asyncio.Future]] = {}
         self._background: list[asyncio.Task] = []
         # 2PC transactions already logged as overdue: (id, producer id, start time)
         self._overdue_logged: set[tuple[str, int, int]] = set()
@@ -308,37 +318,47 @@ class TransactionCoordinator:
 
     # -- persistence --------------------------------------------------------------------
 
-    async def _persist(self, transactional_id: str, md: TxnMetadata, transit: TxnTransit, *,
-                       keep_pending_on_error: bool = False) -> Error:
-        """Append ``transit`` to __transaction_state, wait until durable, complete it."""
+    def _append(self, transactional_id: str, transit: TxnTransit) -> tuple[Any, int]:
+        """Append ``transit`` as the id's record to its __transaction_state partition;
+        returns (partition log, offset to wait for). Raises KafkaError."""
         error = self.ensure_topic()
         plog = None
         if not error:
             plog = self.log_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME,
                                                   self.partition_for(transactional_id))
         if plog is None:
-            return self._persist_failed(md, error or Error.COORDINATOR_NOT_AVAILABLE,
-                                        keep_pending_on_error)
+            raise KafkaError(error or Error.COORDINATOR_NOT_AVAILABLE,
+                             f"no {TRANSACTION_STATE_TOPIC_NAME} partition")
         version = value_version_for(self.config.transaction_version)
         if transit.principal is not None or transit.ongoing_producer_id != NO_PRODUCER_ID:
             version = max(version, 1)  # the principal and the kept pair are tagged fields
         value = encode_value(value_from_transit(transit), version)
         batch = build_batch([(encode_key(transactional_id), value, None, self.clock())])
+        result = plog.append(bytearray(batch), origin="coordinator")
+        return plog, result.next_offset
+
+    async def _persist(self, transactional_id: str, md: TxnMetadata, transit: TxnTransit, *,
+                       keep_pending_on_error: bool = False) -> Error:
+        """Append ``transit`` to __transaction_state, wait until durable, complete it."""
         try:
-            result = plog.append(bytearray(batch), origin="coordinator")
-            await plog.wait_durable(result.next_offset)
+            plog, offset = self._append(transactional_id, transit)
+            await plog.wait_durable(offset)
         except KafkaError as e:
-            log.warning("writing %s of %r to %s failed: %s", transit.state.name,
-                        transactional_id, TRANSACTION_STATE_TOPIC_NAME, e)
-            code = (Error.UNKNOWN_SERVER_ERROR
-                    if e.code in (Error.MESSAGE_TOO_LARGE, Error.RECORD_LIST_TOO_LARGE)
-                    else Error.COORDINATOR_NOT_AVAILABLE)
-            return self._persist_failed(md, code, keep_pending_on_error)
+            return self._write_failed(transactional_id, md, transit, e, keep_pending_on_error)
         if not self._owns(transactional_id, md) or md.pending_state != transit.state:
             return Error.NOT_COORDINATOR  # stopped (or unloaded) meanwhile
         md.complete(transit)
         self._bind(md)
         return Error.NONE
+
+    def _write_failed(self, transactional_id: str, md: TxnMetadata, transit: TxnTransit,
+                      e: KafkaError, keep_pending: bool) -> Error:
+        log.warning("writing %s of %r to %s failed: %s", transit.state.name,
+                    transactional_id, TRANSACTION_STATE_TOPIC_NAME, e)
+        code = (Error.UNKNOWN_SERVER_ERROR
+                if e.code in (Error.MESSAGE_TOO_LARGE, Error.RECORD_LIST_TOO_LARGE)
+                else Error.COORDINATOR_NOT_AVAILABLE)
+        return self._persist_failed(md, code, keep_pending)
 
     def _bind(self, md: TxnMetadata) -> None:
         """Bind the id's producer ids to the principal that obtained them."""
@@ -386,7 +406,7 @@ class TransactionCoordinator:
     async def _init_producer_id(self, transactional_id: str, timeout_ms: int,
                                 expected: tuple[int, int] | None,
                                 principal: str | None = None,
-                                keep_prepared: bool = False) -> TxnResult:
+                                keep_prepared: bool = False, *, wait: bool = True) -> TxnResult:
         error = self.check_available(transactional_id)
         if error:
             return TxnResult(error)
@@ -409,6 +429,10 @@ class TransactionCoordinator:
             md, timeout_ms, expected, self.clock(), new_producer_id, server_tv,
             keep_prepared=keep_prepared))
         if decision.transit is None:
+            if (wait and decision.error == Error.CONCURRENT_TRANSACTIONS
+                    and await self._wait_for_completion(transactional_id)):
+                return await self._init_producer_id(transactional_id, timeout_ms, expected,
+                                                    principal, keep_prepared, wait=False)
             return TxnResult(decision.error)
         if decision.epoch_fence:
             # the ONGOING transaction is being aborted first; the client retries
@@ -455,7 +479,7 @@ class TransactionCoordinator:
 
     async def _add_partitions(self, transactional_id: str, producer_id: int,
                               producer_epoch: int, partitions: frozenset[TopicPartition],
-                              client_tv: int) -> Error:
+                              client_tv: int, *, wait: bool = True) -> Error:
         error = self.check_available(transactional_id)
         if error:
             return error
@@ -465,6 +489,11 @@ class TransactionCoordinator:
         decision = core.add_partitions(md, producer_id, producer_epoch, partitions,
                                        self.clock(), client_tv)
         if decision.transit is None:
+            if (wait and decision.error == Error.CONCURRENT_TRANSACTIONS
+                    and await self._wait_for_completion(transactional_id)):
+                return await self._add_partitions(transactional_id, producer_id,
+                                                  producer_epoch, partitions, client_tv,
+                                                  wait=False)
             return decision.error
         return await self._persist(transactional_id, md, decision.transit)
 
@@ -494,7 +523,7 @@ class TransactionCoordinator:
                                              commit, client_transaction_version))
 
     async def _end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       commit: bool, client_tv: int) -> TxnResult:
+                       commit: bool, client_tv: int, *, wait: bool = True) -> TxnResult:
         error = self.check_available(transactional_id)
         if error:
             return TxnResult(error)
@@ -505,6 +534,10 @@ class TransactionCoordinator:
             md, producer_id, producer_epoch, commit=commit, client_tv=client_tv,
             now_ms=self.clock(), new_producer_id=new_producer_id))
         if decision.transit is None:
+            if (wait and decision.error == Error.CONCURRENT_TRANSACTIONS
+                    and await self._wait_for_completion(transactional_id)):
+                return await self._end_txn(transactional_id, producer_id, producer_epoch,
+                                           commit, client_tv, wait=False)
             if decision.error == Error.NONE and supports_epoch_bump(client_tv):
                 return TxnResult(Error.NONE, decision.producer_id, decision.producer_epoch)
             return TxnResult(decision.error)
@@ -557,50 +590,130 @@ class TransactionCoordinator:
 
     async def _complete_transaction(self, transactional_id: str, md: TxnMetadata,
                                     complete: TxnTransit, commit: bool) -> None:
+        """Markers to every partition (retried), then COMPLETE_* (``_complete_lazily``).
+        Requests that find the id busy meanwhile wait for the markers' first attempt
+        (``_wait_for_completion``); they are let go once it is over, before a retry's pause
+        and before the ``before_complete`` test hook."""
         backoff = self.config.retry_backoff_ms / 1000
         if self.before_markers is not None:
             await self.before_markers(transactional_id, md)
-        coordinator_epoch = self.coordinator_epoch(transactional_id)
-        producer_id, producer_epoch = md.producer_id, md.producer_epoch
-        while md.topic_partitions:
-            if not self._owns(transactional_id, md):
-                return
-            partitions = frozenset(md.topic_partitions)
-            try:
-                results = await self.write_markers(
-                    transactional_id, producer_id, producer_epoch, coordinator_epoch, commit,
-                    partitions, transaction_version=md.client_transaction_version)
-            except Exception:
-                log.exception("writing markers of %r failed", transactional_id)
-                results = {}
-            if not self._owns(transactional_id, md):
-                return
-            retry = False
-            for tp in partitions:
-                error = Error(results.get(tp, Error.REQUEST_TIMED_OUT))
-                if error in _MARKER_DONE:
-                    if error:
-                        log.info("no %s marker of %r for %s: %s", "COMMIT" if commit
-                                 else "ABORT", transactional_id, tp, error.name)
-                    md.remove_partition(tp)
-                else:
-                    level = logging.INFO if error.retriable else logging.ERROR
-                    log.log(level, "%s marker of %r for %s failed with %s; retrying",
-                            "COMMIT" if commit else "ABORT", transactional_id, tp, error.name)
-                    retry = True
-            if retry:
+        waiters: list[asyncio.Future] = []
+        self._completing[transactional_id] = waiters
+        try:
+            coordinator_epoch = self.coordinator_epoch(transactional_id)
+            producer_id, producer_epoch = md.producer_id, md.producer_epoch
+            while md.topic_partitions:
+                if not self._owns(transactional_id, md):
+                    return
+                partitions = frozenset(md.topic_partitions)
+                try:
+                    results = await self.write_markers(
+                        transactional_id, producer_id, producer_epoch, coordinator_epoch,
+                        commit, partitions, transaction_version=md.client_transaction_version)
+                except Exception:
+                    log.exception("writing markers of %r failed", transactional_id)
+                    results = {}
+                if not self._owns(transactional_id, md):
+                    return
+                retry = False
+                for tp in partitions:
+                    error = Error(results.get(tp, Error.REQUEST_TIMED_OUT))
+                    if error in _MARKER_DONE:
+                        if error:
+                            log.info("no %s marker of %r for %s: %s", "COMMIT" if commit
+                                     else "ABORT", transactional_id, tp, error.name)
+                        md.remove_partition(tp)
+                    else:
+                        level = logging.INFO if error.retriable else logging.ERROR
+                        log.log(level, "%s marker of %r for %s failed with %s; retrying",
+                                "COMMIT" if commit else "ABORT", transactional_id, tp,
+                                error.name)
+                        retry = True
+                if retry:
+                    self._settle(transactional_id, waiters)
+                    await asyncio.sleep(backoff)
+            if self.before_complete is not None:
+                self._settle(transactional_id, waiters)
+                await self.before_complete(transactional_id, md)
+            while self._owns(transactional_id, md) and md.pending_state == complete.state:
+                written = self._complete_lazily(transactional_id, md, complete)
+                self._settle(transactional_id, waiters)
+                if written is not None:
+                    log.debug("completed %s of %r", complete.state.name, transactional_id)
+                    await self._until_durable(transactional_id, md, complete, *written)
+                    return
                 await asyncio.sleep(backoff)
-        if self.before_complete is not None:
-            await self.before_complete(transactional_id, md)
+        finally:
+            self._settle(transactional_id, waiters)
+
+    def _complete_lazily(self, transactional_id: str, md: TxnMetadata,
+                         complete: TxnTransit) -> tuple[Any, int] | None:
+        """Append COMPLETE_* and apply it at once, before it is durable; returns (partition
+        log, offset to wait for), or None if the append failed (the id stays pending).
+
+        Safe because COMPLETE_* only records that every marker is durable: until the record
+        is, PREPARE_* is the id's last durable state, from which a restart sends the
+        markers again (a partition takes a repeated marker as a no-op) and writes COMPLETE_*
+        again. Anything the id does next is written after it in the same log and answered
+        only once durable, so no answer ever rests on a COMPLETE_* a crash could undo; and
+        the record's fsync joins the flush round of the next transaction's first write."""
+        try:
+            written = self._append(transactional_id, complete)
+        except KafkaError as e:
+            self._write_failed(transactional_id, md, complete, e, keep_pending=True)
+            return None
+        md.complete(complete)
+        self._bind(md)
+        return written
+
+    async def _until_durable(self, transactional_id: str, md: TxnMetadata,
+                             complete: TxnTransit, plog: Any, offset: int) -> None:
+        """Wait for the lazily written COMPLETE_* to be durable. If its fsync failed (the log
+        is cut back to its durable end) and the id has not moved on since, write it again;
+        if it has, the later durable record holds the id's state."""
+        backoff = self.config.retry_backoff_ms / 1000
         while True:
-            if not self._owns(transactional_id, md):
-                return
-            error = await self._persist(transactional_id, md, complete,
-                                        keep_pending_on_error=True)
-            if not error:
-                log.debug("completed %s of %r", complete.state.name, transactional_id)
-                return
+            if plog is not None:
+                try:
+                    await plog.wait_durable(offset)
+                    return
+                except KafkaError as e:
+                    log.warning("%s of %r did not become durable: %s", complete.state.name,
+                                transactional_id, e)
             await asyncio.sleep(backoff)
+            if not (self._owns(transactional_id, md) and md.pending_state is None
+                    and md.state == complete.state
+                    and md.txn_last_update_timestamp == complete.txn_last_update_timestamp):
+                return
+            try:
+                plog, offset = self._append(transactional_id, complete)
+            except KafkaError as e:
+                log.warning("writing %s of %r again failed: %s", complete.state.name,
+                            transactional_id, e)
+                plog = None
+
+    def _settle(self, transactional_id: str, waiters: list[asyncio.Future]) -> None:
+        """Let the requests waiting on this completion go (they decide again)."""
+        if self._completing.get(transactional_id) is waiters:
+            del self._completing[transactional_id]
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        waiters.clear()
+
+    async def _wait_for_completion(self, transactional_id: str) -> bool:
+        """A request answered CONCURRENT_TRANSACTIONS because the id's transaction is being
+        completed waits here for the markers' first attempt (then the id is usually
+        COMPLETE_* and the request goes through) instead of making the client back off and
+        retry (librdkafka waits 20 ms). False if no completion is in that phase (held by a
+        test hook, retrying, or none): answer at once, as Kafka does."""
+        waiters = self._completing.get(transactional_id)
+        if waiters is None:
+            return False
+        waiter = asyncio.get_running_loop().create_future()
+        waiters.append(waiter)
+        await waiter
+        return True
 
     # -- timeouts and expiration ----------------------------------------------------------
 

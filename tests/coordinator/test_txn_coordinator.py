@@ -75,6 +75,11 @@ async def test_commit_writes_prepare_markers_then_complete(tmp_path):
         assert tc.txns["tx"].state == S.COMPLETE_ABORT
 
 
+async def _settle_loop() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
 async def test_requests_wait_while_markers_are_written(tmp_path):
     async with running(tmp_path) as env:
         tc = env.tc
@@ -84,14 +89,79 @@ async def test_requests_wait_while_markers_are_written(tmp_path):
         await env.markers.called.wait()
         md = tc.txns["tx"]
         assert (md.state, md.pending_state) == (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)
-        assert (await tc.end_txn("tx", pid, epoch, True)).error == Error.CONCURRENT_TRANSACTIONS
-        assert await tc.add_partitions("tx", pid, epoch, [T1]) == \
-            Error.CONCURRENT_TRANSACTIONS
-        assert (await tc.init_producer_id("tx", 60000)).error == Error.CONCURRENT_TRANSACTIONS
+        # a retried commit and the next transaction's first partition wait for the markers
+        # instead of being told CONCURRENT_TRANSACTIONS
+        retry = asyncio.ensure_future(tc.end_txn("tx", pid, epoch, True))
+        add = asyncio.ensure_future(tc.add_partitions("tx", pid, epoch, [T1]))
+        await _settle_loop()
+        assert not retry.done() and not add.done()
         assert tc.describe("tx").state == "PrepareCommit"
         env.markers.gate.set()
+        assert (await retry).error == Error.NONE
+        assert await add == Error.NONE
+        assert (md.state, md.topic_partitions) == (S.ONGOING, {T1})
+        assert env.states_written("tx") == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT,
+                                            S.COMPLETE_COMMIT, S.ONGOING]
+
+
+async def test_init_producer_id_waits_for_the_completion_then_bumps(tmp_path):
+    async with running(tmp_path) as env:
+        tc = env.tc
+        env.markers.gate = asyncio.Event()
+        pid, epoch = await begin(tc)
+        assert (await tc.end_txn("tx", pid, epoch, False)).error == Error.NONE
+        await env.markers.called.wait()
+        init = asyncio.ensure_future(tc.init_producer_id("tx", 60000))
+        await _settle_loop()
+        assert not init.done()
+        env.markers.gate.set()
+        result = await init
+        assert (result.error, result.producer_epoch) == (Error.NONE, epoch + 1)
+
+
+async def test_waiting_requests_are_told_to_retry_when_markers_need_another_attempt(tmp_path):
+    async with running(tmp_path, retry_backoff_ms=10) as env:
+        tc = env.tc
+        env.markers.gate = asyncio.Event()
+        env.markers.results = [{T0: Error.NOT_LEADER_OR_FOLLOWER}]
+        pid, epoch = await begin(tc)
+        assert (await tc.end_txn("tx", pid, epoch, True)).error == Error.NONE
+        await env.markers.called.wait()
+        add = asyncio.ensure_future(tc.add_partitions("tx", pid, epoch, [T1]))
+        await _settle_loop()
+        assert not add.done()
+        env.markers.gate.set()  # the first attempt fails: the waiter is let go
+        assert await add == Error.CONCURRENT_TRANSACTIONS
+        # while the retry is pending, nothing waits: answered at once
+        assert await tc.add_partitions("tx", pid, epoch, [T1]) == \
+            Error.CONCURRENT_TRANSACTIONS
         await tc.wait_completions()
-        assert (await tc.init_producer_id("tx", 60000)).producer_epoch == epoch + 1
+        assert len(env.markers.calls) == 2
+        assert await tc.add_partitions("tx", pid, epoch, [T1]) == Error.NONE
+
+
+@pytest.mark.parametrize("hook", ["before_markers", "before_complete"])
+async def test_requests_do_not_wait_on_a_completion_held_by_a_test_hook(tmp_path, hook):
+    async with running(tmp_path) as env:
+        tc = env.tc
+        held = asyncio.Event()
+        release = asyncio.Event()
+
+        async def hold(transactional_id, md):
+            held.set()
+            await release.wait()
+
+        setattr(tc, hook, hold)
+        pid, epoch = await begin(tc)
+        assert (await tc.end_txn("tx", pid, epoch, True)).error == Error.NONE
+        await held.wait()
+        assert await tc.add_partitions("tx", pid, epoch, [T1]) == \
+            Error.CONCURRENT_TRANSACTIONS
+        assert (await tc.init_producer_id("tx", 60000)).error == \
+            Error.CONCURRENT_TRANSACTIONS
+        release.set()
+        await tc.wait_completions()
+        assert tc.txns["tx"].state == S.COMPLETE_COMMIT
 
 
 async def test_marker_errors_are_retried_or_dropped(tmp_path):
