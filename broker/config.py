@@ -30,7 +30,6 @@ does not match its certificate stops the broker with a one-line ConfigError.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import socket
@@ -1079,6 +1078,8 @@ def _is_secret(key: str) -> bool:
         return PROPERTIES[base].sensitive
     if key in KNOWN_KEYS or base in LISTENER_KEYS:
         return base.endswith(JAAS_SUFFIX)
+    import difflib  # here, not at import: only a mistyped key needs it
+
     close = difflib.get_close_matches(base, PROPERTIES, n=1, cutoff=0.6)
     return bool(_SECRET_LIKE.search(key)) or bool(close and PROPERTIES[close[0]].sensitive)
 
@@ -1086,6 +1087,8 @@ def _is_secret(key: str) -> bool:
 def _unknown(setting: _Setting) -> str:
     if setting.key in _NOT_USED:
         return f"unsupported property {setting.key!r} ({setting.origin}): {_NOT_USED[setting.key]}"
+    import difflib
+
     close = difflib.get_close_matches(setting.key, KNOWN_KEYS, n=1, cutoff=0.6)
     hint = ""
     if close:

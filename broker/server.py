@@ -21,7 +21,6 @@ from semel.broker.features import FINALIZED_FEATURES
 from semel.broker.fetch_wait import FetchWaiters
 from semel.broker.metrics import BrokerMetrics
 from semel.broker.request_memory import RequestMemory
-from semel.broker.security.authorizer import Authorizer
 from semel.broker.security.credentials import ScramCredentialStore
 from semel.broker.security.endpoint import ListenerEndpoint
 from semel.coordinator.group import GroupConfig, GroupCoordinator
@@ -151,7 +150,9 @@ class Broker:
             self.producer_principals.load()  # as does a damaged producer principal file
         await self.group_coordinator.start()
         await self.txn_coordinator.start()
-        if self.config.authorizer_enabled:
+        if self.config.authorizer_enabled:  # its modules load only when it is configured
+            from semel.broker.security.authorizer import Authorizer
+
             self.authorizer = Authorizer.open(
                 self.config.log_dirs, self.config.super_users,
                 self.config.allow_everyone_if_no_acl_found, self.log_manager.fs)

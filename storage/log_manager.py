@@ -765,9 +765,8 @@ class LogManager:
 
     async def run_cleaner_once(self) -> CleaningResult | None:
         """Clean the dirtiest compacted partition, if one needs it (Kafka's
-        grabFilthiestCompactedLog, then a cleaning); None when none does."""
-        from semel.storage.cleaner.cleaner import clean_partition
-        from semel.storage.cleaner.process import CleanerError
+        grabFilthiestCompactedLog, then a cleaning); None when none does. The cleaning's
+        modules load with the first partition to clean (this also runs at start)."""
         from semel.storage.cleaner.selection import filthiest, log_to_clean
 
         now = self.clock()
@@ -789,6 +788,9 @@ class LogManager:
         plog = None if chosen is None else self._logs.get(chosen.topic_partition)
         if plog is None:
             return None
+        from semel.storage.cleaner.cleaner import clean_partition
+        from semel.storage.cleaner.process import CleanerError
+
         try:
             result = await clean_partition(
                 plog, checkpoint, self.cleaner_worker,

@@ -12,6 +12,8 @@ Only salted keys are kept, never a password. A file that cannot be read or fails
 raises ``MetadataFileError`` with one line naming the file (the broker refuses to start rather
 than run with no users). Changes are applied to a copy, written, then swapped in: a failed
 write raises OSError and leaves memory and disk as they were. Threading: the event loop only.
+The SCRAM module (hashlib, hmac, secrets) loads when a credential is first read, checked or
+made: a broker whose data directory holds none starts without it.
 """
 
 from __future__ import annotations
@@ -20,19 +22,14 @@ import base64
 import binascii
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from semel.broker.security.scram import (
-    DEFAULT_ITERATIONS,
-    MAX_ITERATIONS,
-    MECHANISMS,
-    MIN_ITERATIONS,
-    ScramCredential,
-    credential_from_salted_password,
-    make_credential,
-)
 from semel.storage.fs import MetadataFileError, RealFileSystem
+
+if TYPE_CHECKING:
+    from semel.broker.security.scram import ScramCredential
 
 CREDENTIALS_FILE = "__semel_scram_credentials.json"
 VERSION = 1
@@ -97,6 +94,8 @@ class ScramCredentialStore:
     def describe(self, users: Iterable[str] | None = None) -> dict[str, list[tuple[str, int]]]:
         """``{user: [(mechanism, iterations)]}`` for the given users that have credentials
         (all users when None), mechanisms in Kafka's type order."""
+        from semel.broker.security.scram import MECHANISMS
+
         wanted = None if users is None else set(users)
         out: dict[str, list[tuple[str, int]]] = {}
         for (user, mechanism), cred in sorted(self._all().items(),
@@ -140,6 +139,8 @@ class ScramCredentialStore:
 
 
 def _check(user: str, mechanism: str, c: ScramCredential) -> None:
+    from semel.broker.security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
+
     if not user:
         raise ValueError("empty user name")
     mech = MECHANISMS.get(mechanism)
@@ -155,6 +156,8 @@ def _check(user: str, mechanism: str, c: ScramCredential) -> None:
 
 
 def _validated(stored: _File) -> dict[Key, ScramCredential]:
+    from semel.broker.security.scram import ScramCredential
+
     if stored.version != VERSION:
         raise ValueError(f"unknown version {stored.version}")
     out: dict[Key, ScramCredential] = {}
@@ -172,6 +175,15 @@ def parse_scram_argument(text: str) -> tuple[str, str, ScramCredential]:
     with optional ``iterations=I`` and ``salt=B64``, or ``saltedpassword=B64`` (with ``salt``)
     instead of the password; values may be double-quoted (a quoted value may hold commas).
     Returns (user, mechanism name, credential). ValueError messages never hold a password."""
+    from semel.broker.security.scram import (
+        DEFAULT_ITERATIONS,
+        MAX_ITERATIONS,
+        MECHANISMS,
+        MIN_ITERATIONS,
+        credential_from_salted_password,
+        make_credential,
+    )
+
     mechanism_name, sep, rest = text.strip().partition("=")
     if not sep:
         raise ValueError("expected MECHANISM=[name=...,password=...]")

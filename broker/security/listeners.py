@@ -15,7 +15,6 @@ Password, whose text never appears in a repr, a str or an error message.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -411,6 +410,8 @@ def resolve_listener_key(
     """(LISTENER, key) set by ``listener.name.<listener>.<key>``. A key from the environment
     (``env_name`` set) is found by its variable name, since '_' -> '.' loses the listener
     name's underscores and the mechanism's dashes. Raises UnknownListenerKey."""
+    import difflib  # here, not at import: only a mistyped key needs it
+
     candidates = {listener_prefix(n) + k: (n, k) for n in listener_names for k in listener_keys}
     if env_name:
         by_env = {env_var(full): full for full in candidates}

@@ -12,7 +12,10 @@ partitions, cleanup.policy=compact) and drives ``GroupCoordinatorShard``:
   retention check) run on ``loop.call_later``;
 - at start every existing partition is loaded in the background; requests for groups on a
   partition still loading get COORDINATOR_LOAD_IN_PROGRESS, after ``stop`` they get
-  COORDINATOR_NOT_AVAILABLE (parked JoinGroup/SyncGroup requests get NOT_COORDINATOR).
+  COORDINATOR_NOT_AVAILABLE (parked JoinGroup/SyncGroup requests get NOT_COORDINATOR);
+- the shard is made on first use (a group request, the load, the first offsets retention
+  check), so the state's modules and the codecs they answer with are not imported at
+  broker start (issue 18); until then ``shard`` is None, which readers take as no groups.
 
 Transactions (issue 6): TxnOffsetCommit goes through ``commit_transactional_offsets``; the
 transaction coordinator completes the transaction on an offsets partition with
@@ -26,15 +29,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from semel.coordinator.group.config import GroupConfig
-from semel.coordinator.group.group_manager import RequestInfo, append_error_to_response_error
-from semel.coordinator.group.records import UnknownRecordType, decode_record, encode_record
-from semel.coordinator.group.shard import GroupCoordinatorShard, PendingWrite
+from semel.coordinator.group.timer import CLEANUP_KEY
+from semel.coordinator.partitioning import partition_for
 from semel.protocol.errors import Error, KafkaError, ProtocolError
 from semel.protocol.records import ControlType, build_batch, build_control_batch, iter_records
 from semel.protocol.records import parse_control_record as parse_control
+
+if TYPE_CHECKING:
+    from semel.coordinator.group.group_manager import RequestInfo
+    from semel.coordinator.group.shard import GroupCoordinatorShard, PendingWrite
 
 log = logging.getLogger("coordinator.group")
 
@@ -103,7 +109,8 @@ class GroupCoordinator:
         self.log_manager = log_manager
         self.config = config
         self.clock = clock
-        self.shard: GroupCoordinatorShard | None = None
+        self.num_partitions = config.offsets_topic_num_partitions
+        self.shard: GroupCoordinatorShard | None = None  # made by _state() on first use
         self.timer: LoopTimer | None = None
         self.active = False
         self.loading: set[int] = set()
@@ -116,15 +123,16 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         self.timer = LoopTimer(loop, self._drain, self.clock)
         info = self.log_manager.topics.get(GROUP_METADATA_TOPIC_NAME)
-        num_partitions = info.num_partitions if info is not None \
+        self.num_partitions = info.num_partitions if info is not None \
             else self.config.offsets_topic_num_partitions
-        self.shard = GroupCoordinatorShard(self.config, self.clock, self.timer, num_partitions)
+        self.shard = None  # a fresh one on first use
         self.active = True
         if info is not None:
-            self.loading = set(range(num_partitions))
+            self.loading = set(range(self.num_partitions))
             self._load_task = loop.create_task(self._load_all(), name="semel-group-load")
-        else:
-            self.shard.schedule_cleanup()
+        else:  # the shard's schedule_cleanup, before there is a shard
+            self.timer.schedule(CLEANUP_KEY, self.config.offsets_retention_check_interval_ms,
+                                self._cleanup_group_metadata)
 
     async def stop(self) -> None:
         """Stop serving: parked joins/syncs get NOT_COORDINATOR; writes in flight finish."""
@@ -134,7 +142,8 @@ class GroupCoordinator:
         if self._load_task is not None:
             self._load_task.cancel()
             await asyncio.gather(self._load_task, return_exceptions=True)
-        self.shard.unload_all()
+        if self.shard is not None:
+            self.shard.unload_all()
         self.timer.cancel_all()
         pending = [f for futures in self._inflight.values() for f in futures]
         if pending:
@@ -144,10 +153,25 @@ class GroupCoordinator:
         if self._load_task is not None:
             await asyncio.shield(self._load_task)
 
+    def _state(self) -> GroupCoordinatorShard:
+        """The shard, made on first use: the group and offset managers, the record codecs
+        and the response types they build load then rather than at broker start."""
+        if self.shard is None:
+            from semel.coordinator.group.shard import GroupCoordinatorShard
+
+            self.shard = GroupCoordinatorShard(self.config, self.clock, self.timer,
+                                               self.num_partitions)
+        return self.shard
+
+    def _cleanup_group_metadata(self) -> None:
+        """The first offsets retention check of a coordinator that started without
+        ``__consumer_offsets``: the shard's own, which schedules the next."""
+        self._state().cleanup_group_metadata()
+
     # -- routing ------------------------------------------------------------------------
 
     def partition_for(self, group_id: str) -> int:
-        return self.shard.partition_for(group_id)
+        return partition_for(group_id, self.num_partitions)
 
     def check_available(self, group_id: str | None) -> Error:
         """NONE, or the error every operation on this group answers right now."""
@@ -163,7 +187,7 @@ class GroupCoordinator:
             return Error.NONE
         try:
             self.log_manager.create_topic(
-                GROUP_METADATA_TOPIC_NAME, self.shard.num_partitions,
+                GROUP_METADATA_TOPIC_NAME, self.num_partitions,
                 {"cleanup.policy": "compact", "compression.type": "producer",
                  "segment.bytes": str(self.config.offsets_topic_segment_bytes)})
         except KafkaError as e:
@@ -200,30 +224,30 @@ class GroupCoordinator:
 
     async def join_group(self, info: RequestInfo, req):
         fut, respond = self._future()
-        self._call(self.shard.group_manager.join_group, info, req, respond)
+        self._call(self._state().group_manager.join_group, info, req, respond)
         return await fut
 
     async def sync_group(self, info: RequestInfo, req):
         fut, respond = self._future()
-        self._call(self.shard.group_manager.sync_group, info, req, respond)
+        self._call(self._state().group_manager.sync_group, info, req, respond)
         return await fut
 
     def heartbeat(self, info: RequestInfo, req) -> Error:
-        return self._call(self.shard.group_manager.heartbeat, info, req)
+        return self._call(self._state().group_manager.heartbeat, info, req)
 
     def leave_group(self, info: RequestInfo, req):
-        return self._call(self.shard.group_manager.leave_group, info, req)
+        return self._call(self._state().group_manager.leave_group, info, req)
 
     async def commit_offsets(self, info: RequestInfo, req):
         """Per-topic results (OffsetCommitResponseTopic) once the commit is durable."""
         fut, respond = self._future()
-        self._call(self.shard.offset_manager.commit_offsets, info, req, respond)
+        self._call(self._state().offset_manager.commit_offsets, info, req, respond)
         return await fut
 
     async def commit_transactional_offsets(self, info: RequestInfo, req):
         """TxnOffsetCommit: per-topic results once the pending offsets are durable."""
         fut, respond = self._future()
-        self._call(self.shard.offset_manager.commit_transactional_offsets, info, req, respond)
+        self._call(self._state().offset_manager.commit_transactional_offsets, info, req, respond)
         return await fut
 
     async def fetch_offsets(self, group_request, require_stable: bool):
@@ -234,28 +258,28 @@ class GroupCoordinator:
             inflight = list(self._inflight.get(partition, ()))
             if inflight:
                 await asyncio.wait(inflight)
-        return self.shard.offset_manager.fetch_offsets(group_request, require_stable)
+        return self._state().offset_manager.fetch_offsets(group_request, require_stable)
 
     async def delete_offsets(self, req):
         fut, respond = self._future()
-        self._call(self.shard.offset_manager.delete_offsets, req, respond)
+        self._call(self._state().offset_manager.delete_offsets, req, respond)
         return await fut
 
     def list_groups(self, states_filter: list[str], types_filter: list[str]):
-        return self.shard.group_manager.list_groups(states_filter, types_filter)
+        return self._state().group_manager.list_groups(states_filter, types_filter)
 
     def describe_group(self, group_id: str):
-        return self.shard.group_manager.describe_group(group_id)
+        return self._state().group_manager.describe_group(group_id)
 
     async def delete_groups(self, group_ids: list[str]):
         fut, respond = self._future()
-        self._call(self.shard.delete_groups, group_ids, respond)
+        self._call(self._state().delete_groups, group_ids, respond)
         return await fut
 
     def on_topics_deleted(self, topics: list[str]) -> None:
         """Drop the committed offsets of deleted topics (DeleteTopics calls this)."""
         if self.active:
-            self._call(self.shard.offset_manager.on_topics_deleted, set(topics))
+            self._call(self._state().offset_manager.on_topics_deleted, set(topics))
 
     async def complete_transaction(self, producer_id: int, producer_epoch: int,
                                    coordinator_epoch: int, partition: int,
@@ -282,7 +306,7 @@ class GroupCoordinator:
 
         def done(error: Error, _base: int) -> None:
             if not error:
-                self.shard.complete_transaction(producer_id, partition, committed)
+                self._state().complete_transaction(producer_id, partition, committed)
             respond(error)
 
         self._track(partition, plog, result.next_offset, result.base_offset, done)
@@ -297,6 +321,8 @@ class GroupCoordinator:
             self._append(write)
 
     def _append(self, write: PendingWrite) -> None:
+        from semel.coordinator.group.records import encode_record
+
         error = self.ensure_topic()
         plog = self.log_manager.get_partition(GROUP_METADATA_TOPIC_NAME, write.partition)
         if error or plog is None:
@@ -351,13 +377,15 @@ class GroupCoordinator:
                 log.error("loading %s-%d failed, serving what was read: %s",
                           GROUP_METADATA_TOPIC_NAME, partition, e)
             self.loading.discard(partition)
-            self._call(self.shard.on_loaded, partition)
-        log.info("loaded %d groups from %s in %d ms", len(self.shard.group_manager.groups),
+            self._call(self._state().on_loaded, partition)
+        log.info("loaded %d groups from %s in %d ms", len(self._state().group_manager.groups),
                  GROUP_METADATA_TOPIC_NAME, self.clock() - started)
-        self.shard.schedule_cleanup()
+        self._state().schedule_cleanup()
 
     async def _load_partition(self, partition: int, plog) -> None:
-        shard = self.shard
+        from semel.coordinator.group.records import UnknownRecordType, decode_record
+
+        shard = self._state()
         end = plog.high_watermark
         for count, (header, data) in enumerate(
                 plog.iter_batches_from(plog.log_start_offset, with_data=True), 1):
@@ -398,5 +426,4 @@ class GroupCoordinator:
                 await asyncio.sleep(0)
 
 
-__all__ = ["GROUP_METADATA_TOPIC_NAME", "GroupCoordinator", "LoopTimer", "RequestInfo",
-           "append_error_to_response_error"]
+__all__ = ["GROUP_METADATA_TOPIC_NAME", "GroupCoordinator", "LoopTimer"]

@@ -8,7 +8,7 @@ async shell drains the outbox after each call, appends, waits for durability and
 the write. Tests drain it by hand, so success and failure paths run without a log.
 
 A group lives on partition ``abs(java_hash(group_id)) % partitions`` (Kafka's
-``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``).
+``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``, coordinator.partitioning).
 """
 
 from __future__ import annotations
@@ -29,27 +29,15 @@ from semel.coordinator.group.records import (
     GroupMetadataKey,
     OffsetCommitKey,
 )
-from semel.coordinator.group.timer import Timer
+from semel.coordinator.group.timer import CLEANUP_KEY, Timer
+from semel.coordinator.partitioning import java_string_hash, partition_for
 from semel.protocol.errors import Error, KafkaError
 from semel.protocol.messages.delete_groups_response import DeletableGroupResult
 
 log = logging.getLogger("coordinator.group")
 
-CLEANUP_KEY = "cleanup-group-metadata"
-
-
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units, wrapping int32)."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+__all__ = ["CLEANUP_KEY", "GroupCoordinatorShard", "PendingWrite", "java_string_hash",
+           "partition_for"]
 
 
 @dataclass(slots=True)

@@ -14,6 +14,10 @@ import itertools
 from collections.abc import Callable
 from typing import Protocol
 
+# the offsets retention check's key (GroupCoordinatorShard.schedule_cleanup); here so that the
+# shell can schedule the first check before it has made the shard
+CLEANUP_KEY = "cleanup-group-metadata"
+
 
 class Timer(Protocol):
     def schedule(self, key: str, delay_ms: int, fn: Callable[[], None]) -> None: ...

@@ -62,7 +62,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from semel.coordinator.group.shard import partition_for
+from semel.coordinator.partitioning import partition_for
 from semel.coordinator.transaction import core
 from semel.coordinator.transaction.config import TxnConfig
 from semel.coordinator.transaction.core import Decision
