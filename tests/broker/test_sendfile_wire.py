@@ -264,10 +264,16 @@ def test_a_region_waits_for_the_transport_to_drain_first(broker):
     want, _ = stored(broker, "after", 0, 50 << 20)
     wire = SlowWire(broker.bootstrap)
     with wire:
-        wire.send(FETCH, FETCH_VERSION, fetch_request([("many", p, 0) for p in range(200)],
-                                                      partition_max_bytes=1 << 20))
-        wire.send(FETCH, FETCH_VERSION, fetch_request([("after", 0, 0)],
-                                                      partition_max_bytes=50 << 20))
+        # both requests in one write: they arrive together, before the first answer fills
+        # the transport's buffer and pauses reading (else the second may wait unread)
+        frames = []
+        for body in (fetch_request([("many", p, 0) for p in range(200)],
+                                   partition_max_bytes=1 << 20),
+                     fetch_request([("after", 0, 0)], partition_max_bytes=50 << 20)):
+            correlation_id, frame = wire.encode(FETCH, FETCH_VERSION, body)
+            wire.pending.append((correlation_id, FETCH, FETCH_VERSION))
+            frames.append(frame)
+        wire.send_raw(b"".join(frames))
         assert wait_for(lambda: connection_with_out(broker) is not None)
         conn = connection_with_out(broker)
         assert conn.out_waiting and conn.transport.get_write_buffer_size() > 0
