@@ -502,19 +502,7 @@ class PartitionLog:
                 staged = analysis
 
         segment = self._segments[-1]
-        try:
-            segment.append(buf, batches)
-        except SegmentRollbackError as exc:
-            self.offline = True
-            log.error(
-                "%s: append failed and could not be undone; offline for writes: %s",
-                self.topic_partition,
-                exc,
-            )
-            raise self._storage_error("append", exc) from exc
-        except OSError as exc:
-            log.warning("%s: append failed, log unchanged: %s", self.topic_partition, exc)
-            raise self._storage_error("append", exc) from exc
+        self._write(segment, buf, batches)
         self._log_end_offset = offset
         producer_state = self.producer_state
         if fast is not None:
@@ -524,15 +512,7 @@ class PartitionLog:
                 producer_state.update(append_info)
             if completed:
                 self._complete_txns(segment, completed)
-        producer_state.map_end_offset = offset
-        if self.durable:
-            self._mark_unflushed(segment, False)
-        else:
-            self.high_watermark = offset
-            self._hw_position = (segment, segment.size)
-            if producer_state.unreplicated_txns:
-                producer_state.on_high_watermark_updated(offset)
-            self._notify_high_watermark()
+        self._appended(segment, offset)
         return AppendResult(
             first_offset,
             last_offset,
@@ -606,8 +586,21 @@ class PartitionLog:
             set_max_timestamp_and_type(records, 0, batch_max, CREATE_TIME)
         self._maybe_roll(size, batch_max, last, now)
         segment = self._segments[-1]
+        self._write(segment, records, (AppendedBatch(size, last, batch_max),))
+        self._log_end_offset = last + 1
+        if batch is not None:
+            producer_state.apply_in_sequence_append(entry, batch)
+        self._appended(segment, last + 1)
+        return AppendResult(offset, last, NO_TIMESTAMP, self.log_start_offset)
+
+    def _write(
+        self, segment: LogSegment, buf: bytearray | memoryview, batches
+    ) -> None:
+        """The write of an append into the active segment; a failure the segment undid
+        leaves the log as it was, one it could not undo takes the partition offline for
+        writes. Both raise KAFKA_STORAGE_ERROR."""
         try:
-            segment.append(records, (AppendedBatch(size, last, batch_max),))
+            segment.append(buf, batches)
         except SegmentRollbackError as exc:
             self.offline = True
             log.error(
@@ -619,19 +612,20 @@ class PartitionLog:
         except OSError as exc:
             log.warning("%s: append failed, log unchanged: %s", self.topic_partition, exc)
             raise self._storage_error("append", exc) from exc
-        self._log_end_offset = last + 1
-        if batch is not None:
-            producer_state.apply_in_sequence_append(entry, batch)
-        producer_state.map_end_offset = last + 1
+
+    def _appended(self, segment: LogSegment, log_end: int) -> None:
+        """After an append's write and its producer state: the producer state's map end,
+        then the flusher's mark (durable) or the high watermark at once (not durable)."""
+        producer_state = self.producer_state
+        producer_state.map_end_offset = log_end
         if self.durable:
             self._mark_unflushed(segment, False)
         else:
-            self.high_watermark = last + 1
+            self.high_watermark = log_end
             self._hw_position = (segment, segment.size)
             if producer_state.unreplicated_txns:
-                producer_state.on_high_watermark_updated(last + 1)
+                producer_state.on_high_watermark_updated(log_end)
             self._notify_high_watermark()
-        return AppendResult(offset, last, NO_TIMESTAMP, self.log_start_offset)
 
     def _complete_txns(self, segment: LogSegment, completed: list[CompletedTxn]) -> None:
         """Markers were written: index the aborted transactions in the segment holding the
