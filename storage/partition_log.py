@@ -566,14 +566,11 @@ class PartitionLog:
             entry = producer_state.producers.get(producer_id)
             if entry is None:
                 return None
-            base_sequence = header[11]
             batch = producer_state.prepare_in_sequence_append(
                 entry,
                 header[10],
-                base_sequence,
-                base_sequence + delta
-                if base_sequence <= _INT32_MAX - delta
-                else delta - (_INT32_MAX - base_sequence) - 1,
+                header[11],
+                header.last_sequence,
                 batch_max,
                 offset,
                 last,

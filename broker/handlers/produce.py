@@ -291,26 +291,12 @@ class FastProduce:
 
     async def wait(self) -> None:
         """Until every waited partition is durable; failures become its error."""
-        pending = asyncio.gather(*(plog.wait_durable(offset) for plog, offset, _, _ in self.waits),
-                                 return_exceptions=True)
-        pending.add_done_callback(_retrieve)
-        try:
-            if self.timeout_ms > 0:
-                outcomes = await asyncio.wait_for(pending, self.timeout_ms / 1000)
-            else:
-                outcomes = await pending
-        except TimeoutError:
-            outcomes = [None if plog.high_watermark >= offset
-                        else KafkaError(Error.REQUEST_TIMED_OUT) for plog, offset, _, _ in self.waits]
-        for (_, _, t, p), outcome in zip(self.waits, outcomes, strict=True):
-            if outcome is None:
-                continue
-            partitions = self.results[t][1]
-            index = partitions[p].index
-            if isinstance(outcome, KafkaError):
-                partitions[p] = _failed(index, outcome.code, outcome.message)
-            else:
-                partitions[p] = _failed(index, Error.KAFKA_STORAGE_ERROR, repr(outcome))
+        failures = await _durable_failures([(plog, offset) for plog, offset, _, _ in self.waits],
+                                           self.timeout_ms)
+        for (_, _, t, p), failure in zip(self.waits, failures, strict=True):
+            if failure is not None:
+                partitions = self.results[t][1]
+                partitions[p] = _failed(partitions[p].index, *failure)
 
     def appended(self, broker, position: int, topic: str, index: int, plog, records,
                  header: BatchHeader, result, acks_all: bool) -> None:
@@ -560,7 +546,18 @@ def _verification_message(code: Error) -> str | None:
 async def _wait_durable(waits: list[tuple[_Entry, int]], timeout_ms: int) -> None:
     """Wait until every appended partition is fsynced up to its batch (one group commit
     usually covers them all); failures and timeouts become the partition's error."""
-    pending = asyncio.gather(*(e.plog.wait_durable(offset) for e, offset in waits),
+    failures = await _durable_failures([(e.plog, offset) for e, offset in waits], timeout_ms)
+    for (entry, _), failure in zip(waits, failures, strict=True):
+        if failure is not None:
+            _fail(entry.response, *failure)
+
+
+async def _durable_failures(waits: list[tuple[object, int]],
+                            timeout_ms: int) -> list[tuple[Error, str | None] | None]:
+    """Per (log, offset): None once the log is durable up to the offset, else the error and
+    message to answer (REQUEST_TIMED_OUT after ``timeout_ms`` when positive, the data staying
+    appended as in Kafka; KAFKA_STORAGE_ERROR for a failed fsync)."""
+    pending = asyncio.gather(*(plog.wait_durable(offset) for plog, offset in waits),
                              return_exceptions=True)
     pending.add_done_callback(_retrieve)  # cancelled with its request: nobody else reads it
     try:
@@ -569,15 +566,11 @@ async def _wait_durable(waits: list[tuple[_Entry, int]], timeout_ms: int) -> Non
         else:
             results = await pending
     except TimeoutError:
-        results = [None if e.plog.high_watermark >= offset
-                   else KafkaError(Error.REQUEST_TIMED_OUT) for e, offset in waits]
-    for (entry, _), result in zip(waits, results, strict=True):
-        if result is None:
-            continue
-        if isinstance(result, KafkaError):
-            _fail(entry.response, result.code, result.message)
-        else:
-            _fail(entry.response, Error.KAFKA_STORAGE_ERROR, repr(result))
+        results = [None if plog.high_watermark >= offset
+                   else KafkaError(Error.REQUEST_TIMED_OUT) for plog, offset in waits]
+    return [None if result is None
+            else (result.code, result.message) if isinstance(result, KafkaError)
+            else (Error.KAFKA_STORAGE_ERROR, repr(result)) for result in results]
 
 
 def _retrieve(future: asyncio.Future) -> None:
