@@ -691,7 +691,15 @@ class LogManager:
         dirty = list(self._dirty.values())
         self._dirty.clear()
         jobs = [(plog, job) for plog in dirty if (job := plog.begin_flush()) is not None]
-        if jobs:
+        if len(jobs) == 1:  # the common round of a light load: no gather around one job
+            plog, job = jobs[0]
+            try:
+                await loop.run_in_executor(self._executor, plog.run_flush, job)
+            except Exception as exc:  # noqa: BLE001 - the fsync's failure, handed to the log
+                plog.complete_flush(job, exc)
+            else:
+                plog.complete_flush(job, None)
+        elif jobs:
             results = await asyncio.gather(
                 *(loop.run_in_executor(self._executor, plog.run_flush, job) for plog, job in jobs),
                 return_exceptions=True,
@@ -707,7 +715,8 @@ class LogManager:
 
     async def purge_deleted(self) -> None:
         """Remove deleted segment files and doomed directories, off the loop."""
-        files = [f for plog in self._logs.values() for f in plog.take_deleted_files()]
+        files = [f for plog in self._logs.values() if plog.has_deleted_files
+                 for f in plog.take_deleted_files()]
         dirs, self._doomed_dirs = self._doomed_dirs, []
         if files or dirs:
             await asyncio.get_running_loop().run_in_executor(

@@ -1497,6 +1497,12 @@ class PartitionLog:
         log.info("%s: cleaned segments %s swapped in as %d", self.topic_partition,
                  [s.base_offset for s in old], new.base_offset)
 
+    @property
+    def has_deleted_files(self) -> bool:
+        """Whether ``take_deleted_files`` may return something (checked by every flush
+        round for every log, so it must be cheap)."""
+        return bool(self.deleted_files or self._deleted_segments)
+
     def take_deleted_files(self) -> list[str]:
         """The `.deleted` files waiting to be unlinked (the caller removes them off-loop)."""
         files, self.deleted_files = self.deleted_files, []
