@@ -692,6 +692,11 @@ class BrokerConfig:
     # listener.name.<listener>.<key> settings as (LISTENER, key, value), sorted; resolved by
     # listener_security(). Not a property itself (no spec): see LISTENER_KEYS.
     listener_overrides: tuple[tuple[str, str, Any], ...] = field(default=(), metadata={})
+    # the keys the configuration sources set, as written (an alias such as log.retention.hours
+    # stays itself), with the text given (None for a secret): Kafka's "static broker
+    # configs", which DescribeConfigs shows as STATIC_BROKER_CONFIG synonyms. Not compared.
+    static_keys: tuple[tuple[str, str | None], ...] = field(
+        default=(), compare=False, metadata={})
 
     @property
     def listener(self) -> Listener:
@@ -914,6 +919,8 @@ def load_config(
             values[_attr(target)] = parse(setting.value)
         except _Invalid as e:
             raise ConfigError(f"{setting.key}: {e} ({setting.origin})") from None
+    values["static_keys"] = tuple(sorted(
+        (s.key, None if _is_secret(s.key) else s.value) for s in chosen.values()))
     config = BrokerConfig(**values)
     config = apply_cli_options(config, host=host, port=port, data_dir=data_dir)
     if per_listener:
@@ -972,7 +979,15 @@ def apply_cli_options(
         if not data_dir.strip():
             raise ConfigError("--data-dir: expected a directory, got an empty value")
         changes["log_dirs"] = data_dir
-    return dataclasses.replace(config, **changes) if changes else config
+    if not changes:
+        return config
+    config = dataclasses.replace(config, **changes)
+    given = {_key(attr) for attr in changes}
+    static_keys = tuple(sorted(
+        [(key, value) for key, value in config.static_keys
+         if _GROUP_OF.get(key, key) not in given]
+        + [(name, PROPERTIES[name].format(getattr(config, _attr(name)))) for name in given]))
+    return dataclasses.replace(config, static_keys=static_keys)
 
 
 def _check(config: BrokerConfig) -> None:

@@ -17,7 +17,8 @@ from typing import Self
 from semel.broker.config import BrokerConfig
 from semel.broker.connection import Connection, RateLimitedLog
 from semel.broker.dispatch import Dispatcher
-from semel.broker.features import FINALIZED_FEATURES
+from semel.broker.dynamic_config import DynamicConfigs, apply_to_broker
+from semel.broker.features import TRANSACTION_VERSION, FeatureStore
 from semel.broker.fetch_wait import FetchWaiters
 from semel.broker.metrics import BrokerMetrics
 from semel.broker.request_memory import RequestMemory
@@ -108,6 +109,10 @@ class Broker:
                                expiration_ms=config.producer_id_expiration_ms)
             if config.authorizer_enabled and config.producer_id_principal_binding_enable
             else None)
+        # dynamic broker and group configs (AlterConfigs), read from the data dir at start
+        self.dynamic_configs = DynamicConfigs(config, Path(config.log_dirs), self.log_manager.fs)
+        # finalized feature levels (UpdateFeatures), read from the data dir at start
+        self.features = FeatureStore(Path(config.log_dirs), self.log_manager.fs, config.node_id)
         self.fetch_waiters = FetchWaiters()
         # group coordinator (consumer groups, committed offsets in __consumer_offsets)
         self.group_coordinator = GroupCoordinator(
@@ -116,10 +121,10 @@ class Broker:
         # to the partition logs, those of __consumer_offsets through the group coordinator
         self.txn_coordinator = TransactionCoordinator(
             self.log_manager, self.producer_id_manager,
-            TxnConfig.from_broker_config(
-                config, FINALIZED_FEATURES.get("transaction.version", 0)),
+            TxnConfig.from_broker_config(config),
             clock, LogMarkerWriter(self.log_manager, self.group_coordinator, clock=clock),
-            principals=self.producer_principals)
+            principals=self.producer_principals,
+            transaction_version=lambda: self.features.level(TRANSACTION_VERSION))
         self.log_manager.on_high_watermark = self.fetch_waiters.notify
         self.dispatcher = Dispatcher(self)
         self.metrics.bind(self)  # scrapes read the broker's groups and configuration
@@ -143,9 +148,12 @@ class Broker:
         return self.config.node_id
 
     async def start(self) -> None:
+        self.dynamic_configs.load()  # a damaged dynamic configs file stops the start here
+        apply_to_broker(self, self.dynamic_configs.effective())
         await self.log_manager.start()
         await self.producer_id_manager.start()  # the data directory is locked now
         self.scram_credentials.load()  # a damaged credentials file stops the start here
+        self.features.load()  # as does a damaged feature levels file
         if self.producer_principals is not None:
             self.producer_principals.load()  # as does a damaged producer principal file
         await self.group_coordinator.start()

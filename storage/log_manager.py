@@ -634,6 +634,18 @@ class LogManager:
             self._attach(tp, plog)
         return info
 
+    def set_default_config(self, default_config: LogConfig) -> None:
+        """New broker-level topic defaults (a dynamic broker config): every topic's config is
+        resolved again from its overrides, and its open logs use it at once."""
+        self.default_config = default_config
+        for name, info in self.topics.items():
+            config = LogConfig.from_overrides(default_config, info.configs)
+            self._topic_configs[name] = config
+            for p in range(info.num_partitions):
+                plog = self._logs.get(TopicPartition(name, p))
+                if plog is not None:
+                    plog.update_config(config)
+
     def alter_topic_configs(
         self,
         name: str,

@@ -4,7 +4,9 @@ tests/java/SemelClient.java is compiled with javac into .cache/java-classes/<has
 <hash> covers the source and the jar names, against the jars in .cache/java-jars/ (fetched by
 tests/tools/fetch_java_jars.py on first use). run_java("produce", "--bootstrap", b, ...)
 returns the JSON objects the program printed, one per stdout line; a failed run raises
-JavaClientError carrying the Java exception class and message.
+JavaClientError carrying the Java exception class and message. Other small programs of
+tests/java/ (one per feature, e.g. SemelFeatures.java) are compiled the same way and run with
+run_program(source, main_class, ...).
 
 Without `java`/`javac` a test that calls this module is skipped; with SEMEL_REQUIRE_JAVA=1
 (set by .ci/run) it fails instead, so CI cannot silently skip the Java tests.
@@ -104,46 +106,54 @@ def _classpath(classes: Path) -> str:
     return os.pathsep.join([str(classes), *(str(p) for p in jar_paths())])
 
 
+def compile_program(source: Path, main_class: str) -> Path:
+    """Compile one Java source file against the client jars, once per source version (kept
+    in .cache/java-classes/<hash>/); returns the classes directory."""
+    require_java()
+    digest = hashlib.sha256(source.read_bytes())
+    digest.update(",".join(JAR_NAMES).encode())
+    target = CLASSES_ROOT / digest.hexdigest()[:16]
+    if (target / f"{main_class}.class").is_file():
+        return target
+    jars = os.pathsep.join(str(p) for p in jar_paths())
+    CLASSES_ROOT.mkdir(parents=True, exist_ok=True)
+    # compile beside the target and rename: concurrent runs never see half a build
+    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CLASSES_ROOT))
+    done = subprocess.run(
+        ["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(tmp), "-cp", jars, str(source)],
+        check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"javac failed for {source}:\n{done.stderr}")
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def compile_client() -> Path:
     """Compile SemelClient.java once per source version; returns the classes directory."""
     global _classes_dir
-    require_java()
     with _compile_lock:
-        if _classes_dir is not None:
-            return _classes_dir
-        digest = hashlib.sha256(SOURCE.read_bytes())
-        digest.update(",".join(JAR_NAMES).encode())
-        target = CLASSES_ROOT / digest.hexdigest()[:16]
-        if not (target / f"{MAIN_CLASS}.class").is_file():
-            jars = os.pathsep.join(str(p) for p in jar_paths())
-            CLASSES_ROOT.mkdir(parents=True, exist_ok=True)
-            # compile beside the target and rename: concurrent runs never see half a build
-            tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CLASSES_ROOT))
-            done = subprocess.run(
-                [
-                    "javac",
-                    "-nowarn",
-                    "-encoding",
-                    "UTF-8",
-                    "-d",
-                    str(tmp),
-                    "-cp",
-                    jars,
-                    str(SOURCE),
-                ],
-                check=False,
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode != 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise RuntimeError(f"javac failed for {SOURCE}:\n{done.stderr}")
-            try:
-                os.rename(tmp, target)
-            except OSError:  # another process finished first
-                shutil.rmtree(tmp, ignore_errors=True)
-        _classes_dir = target
-        return target
+        if _classes_dir is None:
+            _classes_dir = compile_program(SOURCE, MAIN_CLASS)
+        return _classes_dir
+
+
+def run_program(source: Path, main_class: str, *args: object,
+                timeout: float = 120.0) -> list[dict[str, Any]]:
+    """Compile and run another small Java program of tests/java/ (one that prints one JSON
+    object per line); the objects it printed. A non-zero exit fails the calling test."""
+    with _compile_lock:
+        classes = compile_program(source, main_class)
+    done = subprocess.run(
+        ["java", *JVM_OPTIONS, "-cp", _classpath(classes), main_class, *map(str, args)],
+        check=False, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        pytest.fail(f"{main_class} {' '.join(map(str, args))} exited "
+                    f"{done.returncode}:\n{done.stderr[-3000:]}", pytrace=False)
+    return _parse_lines(done.stdout)
 
 
 def java_command(*args: object) -> list[str]:

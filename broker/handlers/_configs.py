@@ -2,14 +2,15 @@
 
 Shared by DescribeConfigs, CreateTopics (v5+ returns the new topic's configs) and the two
 AlterConfigs APIs. A topic config's value is the topic's override if it has one, else the
-broker-derived default (``Broker.default_log_config``). Its source, as Kafka reports it:
-DYNAMIC_TOPIC_CONFIG (1) for an override, STATIC_BROKER_CONFIG (4) when the broker property
-it falls back to (``log.segment.bytes`` for ``segment.bytes``) was set in the broker's
-configuration, else DEFAULT_CONFIG (5). Synonyms list the same chain, highest precedence
-first. Broker properties are all read-only here: semel changes none at run time.
-
-"Set in the broker's configuration" is judged by the value differing from the property's
-default (BrokerConfig does not record where a value came from).
+broker-derived default (``Broker.default_log_config``, which dynamic broker configs change).
+Synonyms follow Kafka's ConfigHelper: the override (DYNAMIC_TOPIC_CONFIG), then the broker
+property behind it and its aliases from every source in precedence order
+(``DynamicConfigs.synonyms``: DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG), leading synonyms of another name dropped: so
+``retention.ms`` has no DEFAULT synonym (Kafka's ``log.retention.ms`` has no built-in default;
+``log.retention.hours`` has). The entry's source is its first synonym's, else DEFAULT_CONFIG.
+BROKER resources show the broker's properties (dynamic ones writable, broker/dynamic_config.py);
+GROUP resources the group configs (broker/group_configs.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from semel.broker.config import PROPERTIES, BrokerConfig
+from semel.broker.dynamic_config import DYNAMIC_KEYS, DynamicConfigs, apply_to_broker
+from semel.broker.group_configs import GROUP_CONFIG_DEFS
 from semel.protocol.errors import Error, KafkaError
 from semel.storage.config import CONFIG_DEFS_BY_NAME, CONFIG_TYPE_IDS, TOPIC_CONFIG_DEFS, LogConfig
 from semel.storage.log_manager import validate_topic_name
@@ -46,6 +49,8 @@ class ConfigSource(IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
 
 
 class AlterOp(IntEnum):
@@ -86,14 +91,6 @@ def resource_type_name(resource_type: int) -> str:
 # ---------------------------------------------------------------------------------- topics
 
 
-def _broker_defaults() -> dict[str, str]:
-    defaults = BrokerConfig()
-    return {name: spec.format(getattr(defaults, name.replace(".", "_")))
-            for name, spec in PROPERTIES.items()}
-
-
-_BROKER_DEFAULTS = _broker_defaults()
-_TOPIC_DEFAULTS = LogConfig()
 _TOPIC_DEFS_BY_NAME = sorted(TOPIC_CONFIG_DEFS, key=lambda d: d.name)
 
 
@@ -102,24 +99,22 @@ def effective_topic_config(default_config: LogConfig, overrides: Mapping[str, st
     return LogConfig.from_overrides(default_config, dict(overrides))
 
 
-def topic_config_entries(broker_config: BrokerConfig, default_config: LogConfig,
+def _synonyms(found) -> list[Synonym]:
+    return [Synonym(name, value, ConfigSource(source)) for name, value, source in found]
+
+
+def topic_config_entries(dynamic: DynamicConfigs, default_config: LogConfig,
                          overrides: Mapping[str, str]) -> list[ConfigEntry]:
     """Every topic config of a topic with these overrides, in Kafka's name order."""
     effective = effective_topic_config(default_config, overrides)
-    static = broker_config.as_properties()
     entries = []
     for definition in _TOPIC_DEFS_BY_NAME:
         synonyms: list[Synonym] = []
         value = effective.value_string(definition.name)
         if definition.name in overrides:
             synonyms.append(Synonym(definition.name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        server_name = definition.server_name
-        if server_name is not None:
-            if server_name in static and static[server_name] != _BROKER_DEFAULTS[server_name]:
-                synonyms.append(Synonym(server_name, static[server_name],
-                                        ConfigSource.STATIC_BROKER_CONFIG))
-            synonyms.append(Synonym(server_name, _TOPIC_DEFAULTS.value_string(definition.name),
-                                    ConfigSource.DEFAULT_CONFIG))
+        if definition.server_name is not None:
+            synonyms += _synonyms(dynamic.synonyms(definition.server_name))
         entries.append(ConfigEntry(
             name=definition.name, value=value,
             source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
@@ -186,22 +181,32 @@ _BROKER_TYPES = {f.name.replace("_", "."): _config_type(f.name.replace("_", ".")
                  for f in dataclasses.fields(BrokerConfig)}
 
 
-def broker_config_entries(broker_config: BrokerConfig) -> list[ConfigEntry]:
-    """Every broker property with its current value; all read-only (no dynamic configs)."""
+def broker_config_entries(dynamic: DynamicConfigs, broker_config: BrokerConfig,
+                          per_broker: bool) -> list[ConfigEntry]:
+    """The BROKER resource as Kafka's ConfigHelper shows it. Per broker (named by the node
+    id): every property with its current value and synonyms (dynamic, dynamic default,
+    static, default, in that order) plus custom dynamic keys; read-only unless it is a
+    dynamic config. Cluster default (""): only the keys set there, with that source."""
+    if per_broker:
+        values = broker_config.as_properties()
+        for name, value in {**dynamic.cluster_default, **dynamic.broker}.items():
+            values.setdefault(name, value)
+    else:
+        values = dict(dynamic.cluster_default)
     entries = []
-    for name, value in sorted(broker_config.as_properties().items()):
-        default = _BROKER_DEFAULTS[name]
-        sensitive = PROPERTIES[name].sensitive
-        synonyms = []
-        if value != default:
-            synonyms.append(Synonym(name, value, ConfigSource.STATIC_BROKER_CONFIG))
-        synonyms.append(Synonym(name, default, ConfigSource.DEFAULT_CONFIG))
+    for name, value in sorted(values.items()):
+        spec = PROPERTIES.get(name)
+        sensitive = spec is not None and spec.sensitive
+        synonyms = _synonyms(dynamic.synonyms(name, default_only=not per_broker))
         if sensitive:  # as Kafka: a password's value is null and the entry says so
             value = None
             synonyms = [Synonym(s.name, None, s.source) for s in synonyms]
         entries.append(ConfigEntry(
-            name=name, value=value, source=synonyms[0].source, read_only=True,
-            config_type=_BROKER_TYPES[name], documentation=PROPERTIES[name].doc,
+            name=name, value=value,
+            source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
+            read_only=name not in DYNAMIC_KEYS,
+            config_type=_BROKER_TYPES.get(name, CONFIG_TYPE_IDS["string"]),
+            documentation=spec.doc if spec is not None else "",
             synonyms=synonyms, is_sensitive=sensitive))
     return entries
 
@@ -220,15 +225,42 @@ def check_broker_resource_name(name: str, node_id: int) -> None:
                          f"Unexpected broker id, expected {node_id}, but received {name}")
 
 
-def refuse_broker_changes(names: Iterable[str]) -> None:
-    """semel has no dynamic broker configs: any change is refused as Kafka refuses a
-    non-dynamic one (INVALID_REQUEST, KAFKA-13609)."""
-    names = sorted(set(names))
-    if names:
-        raise KafkaError(Error.INVALID_REQUEST,
-                         f"Cannot update these configs dynamically: {', '.join(names)} "
-                         "(semel has no dynamic broker configs; set them in "
-                         "server.properties and restart)")
+async def replace_broker_configs(ctx, name: str, props: dict[str, str],
+                                 validate_only: bool) -> None:
+    """Make ``props`` the BROKER resource's whole dynamic key set and put it in force."""
+    config = await ctx.broker.dynamic_configs.alter_broker(bool(name), props, validate_only)
+    if config is not None:
+        apply_to_broker(ctx.broker, config)
+
+
+# ---------------------------------------------------------------------------------- groups
+
+
+def group_config_entries(dynamic: DynamicConfigs, broker_config: BrokerConfig,
+                         group_id: str) -> list[ConfigEntry]:
+    """A GROUP resource: every group config, GROUP_CONFIG for an override, else the
+    broker's value as DEFAULT_CONFIG (one synonym each, as Kafka)."""
+    if not group_id:
+        raise KafkaError(Error.INVALID_REQUEST, "Group name must not be empty")
+    overrides = dynamic.group_overrides(group_id)
+    values = dynamic.group_config(group_id, broker_config)
+    entries = []
+    for name, definition in sorted(GROUP_CONFIG_DEFS.items()):
+        source = ConfigSource.GROUP_CONFIG if name in overrides else ConfigSource.DEFAULT_CONFIG
+        value = str(values[name])
+        kind = "string" if definition.at_least is None else "int"
+        entries.append(ConfigEntry(name=name, value=value, source=source, read_only=False,
+                                   config_type=CONFIG_TYPE_IDS[kind],
+                                   documentation=definition.doc,
+                                   synonyms=[Synonym(name, value, source)]))
+    return entries
+
+
+async def replace_group_configs(ctx, group_id: str, props: dict[str, str],
+                                validate_only: bool) -> None:
+    if not group_id:
+        raise KafkaError(Error.INVALID_REQUEST, "Default group resources are not allowed.")
+    await ctx.broker.dynamic_configs.alter_group(group_id, props, ctx.config, validate_only)
 
 
 # ---------------------------------------------------------------------------------- altering
@@ -261,11 +293,10 @@ def replace_topic_overrides(log_manager, name: str, overrides: dict[str, str],
 
 
 def check_resource_type(resource_type: int) -> ResourceType:
-    """The resource types semel alters: TOPIC and BROKER; others are INVALID_REQUEST."""
-    if resource_type in (ResourceType.TOPIC, ResourceType.BROKER):
+    """The resource types semel alters: TOPIC, BROKER and GROUP; others are INVALID_REQUEST."""
+    if resource_type in (ResourceType.TOPIC, ResourceType.BROKER, ResourceType.GROUP):
         return ResourceType(resource_type)
-    if resource_type in (ResourceType.BROKER_LOGGER, ResourceType.CLIENT_METRICS,
-                         ResourceType.GROUP):
+    if resource_type in (ResourceType.BROKER_LOGGER, ResourceType.CLIENT_METRICS):
         raise KafkaError(Error.INVALID_REQUEST,
                          f"Unsupported resource type: {resource_type_name(resource_type)}")
     raise KafkaError(Error.INVALID_REQUEST, f"Unknown resource type {resource_type}")
@@ -280,9 +311,9 @@ def duplicate_resources(resources) -> set[tuple[int, str]]:
     return duplicates
 
 
-def alter_each(resources, alter) -> list[tuple[object, int, str | None]]:
-    """Run ``alter(resource)`` for every resource named once; ``(resource, code, message)``
-    per resource (a resource named twice fails with INVALID_REQUEST, as in Kafka)."""
+async def alter_each(resources, alter) -> list[tuple[object, int, str | None]]:
+    """Run ``await alter(resource)`` for every resource named once; ``(resource, code,
+    message)`` per resource (a resource named twice fails with INVALID_REQUEST, as in Kafka)."""
     duplicates = duplicate_resources(resources)
     outcomes = []
     for resource in resources:
@@ -291,7 +322,7 @@ def alter_each(resources, alter) -> list[tuple[object, int, str | None]]:
             code, message = Error.INVALID_REQUEST, "Each resource must appear at most once."
         else:
             try:
-                alter(resource)
+                await alter(resource)
             except KafkaError as e:
                 code, message = e.code, e.message
         outcomes.append((resource, code, message))

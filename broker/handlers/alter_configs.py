@@ -5,10 +5,12 @@ removed. Checks in Kafka's order: a resource listed twice -> INVALID_REQUEST for
 key listed twice or a null value -> INVALID_REQUEST; empty topic name -> INVALID_REQUEST,
 illegal name -> INVALID_TOPIC_EXCEPTION; unknown key or bad value -> INVALID_CONFIG with
 Kafka's message; unknown topic -> UNKNOWN_TOPIC_OR_PARTITION. BROKER resources (this node's
-id, or empty for cluster defaults): semel has no dynamic broker configs, so any key is refused
-as Kafka refuses a config it cannot change at run time: INVALID_REQUEST "Cannot update these
-configs dynamically" (an empty list succeeds). Other resource types -> INVALID_REQUEST.
-``validate_only`` checks and changes nothing. v2: flexible.
+id, or empty for the cluster-wide defaults): the given keys become its dynamic configs
+(broker/dynamic_config.py: a key Kafka cannot change at run time or a bad value ->
+INVALID_REQUEST with Kafka's message), persisted and in force before the answer. GROUP
+resources: the group's configs (broker/group_configs.py; INVALID_CONFIG with Kafka's message,
+an empty name INVALID_REQUEST). Other resource types -> INVALID_REQUEST. ``validate_only``
+checks and changes nothing. v2: flexible.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from semel.broker.handlers._configs import (
     check_alter_entries,
     check_broker_resource_name,
     check_resource_type,
-    refuse_broker_changes,
+    replace_broker_configs,
+    replace_group_configs,
     replace_topic_overrides,
 )
 from semel.broker.security import AclOperation
@@ -34,7 +37,7 @@ from semel.protocol.messages.alter_configs_response import (
 API_KEY = 33
 
 
-def _alter(ctx, resource: AlterConfigsResource, validate_only: bool) -> None:
+async def _alter(ctx, resource: AlterConfigsResource, validate_only: bool) -> None:
     denied = config_resource_error(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type,
                                    resource.resource_name)
     if denied:
@@ -42,16 +45,18 @@ def _alter(ctx, resource: AlterConfigsResource, validate_only: bool) -> None:
     check_alter_entries([c.name for c in resource.configs],
                         [c.name for c in resource.configs if c.value is None])
     kind = check_resource_type(resource.resource_type)
+    configs = {c.name: c.value for c in resource.configs}
     if kind == ResourceType.BROKER:
         check_broker_resource_name(resource.resource_name, ctx.broker.node_id)
-        refuse_broker_changes(c.name for c in resource.configs)
-        return
-    replace_topic_overrides(ctx.log_manager, resource.resource_name,
-                            {c.name: c.value for c in resource.configs}, validate_only)
+        await replace_broker_configs(ctx, resource.resource_name, configs, validate_only)
+    elif kind == ResourceType.GROUP:
+        await replace_group_configs(ctx, resource.resource_name, configs, validate_only)
+    else:
+        replace_topic_overrides(ctx.log_manager, resource.resource_name, configs, validate_only)
 
 
 async def handle(ctx, req: AlterConfigsRequest) -> AlterConfigsResponse:
-    outcomes = alter_each(req.resources, lambda r: _alter(ctx, r, req.validate_only))
+    outcomes = await alter_each(req.resources, lambda r: _alter(ctx, r, req.validate_only))
     responses = [AlterConfigsResourceResponse(
         error_code=code, error_message=message, resource_type=resource.resource_type,
         resource_name=resource.resource_name) for resource, code, message in outcomes]

@@ -123,8 +123,8 @@ def _success(ctx, name: str, topic_id, partitions: int, overrides: dict[str, str
         result.configs = [
             CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                   config_source=e.source, is_sensitive=e.is_sensitive)
-            for e in topic_config_entries(ctx.config, ctx.log_manager.default_config,
-                                          overrides)]
+            for e in topic_config_entries(ctx.broker.dynamic_configs,
+                                          ctx.log_manager.default_config, overrides)]
     return result
 
 

@@ -1,12 +1,13 @@
 """DescribeConfigs (key 32), v1-4.
 
-TOPIC resources (type 2): every topic config with its effective value, config_source
-(DYNAMIC_TOPIC_CONFIG for an override, STATIC_BROKER_CONFIG when the broker property behind
-it was set, else DEFAULT_CONFIG), read_only false. An illegal name is
-INVALID_TOPIC_EXCEPTION, an unknown topic UNKNOWN_TOPIC_OR_PARTITION. BROKER resources
-(type 4) named by this node's id: every broker property, read-only (semel has no dynamic
-broker configs); an empty name means the cluster-wide dynamic defaults, of which there are
-none; another id or a non-number is INVALID_REQUEST. Other resource types are
+TOPIC resources (type 2): every topic config with its effective value, source and synonyms
+as Kafka's ConfigHelper (broker/handlers/_configs.py), read_only false; an illegal name is
+INVALID_TOPIC_EXCEPTION, an unknown topic UNKNOWN_TOPIC_OR_PARTITION. BROKER resources (type
+4): named by this node's id, every broker property with its current value (dynamic configs
+applied) and synonyms, read-only unless dynamic (broker/dynamic_config.py); the empty name,
+the cluster-wide dynamic defaults set; another id or a non-number is INVALID_REQUEST. GROUP
+resources (type 32): the group configs (GROUP_CONFIG for an override, else the broker's value
+as DEFAULT_CONFIG); an empty name is INVALID_REQUEST. Other resource types are
 INVALID_REQUEST. ``configuration_keys`` (null or empty = all) filters by name; synonyms only
 with ``include_synonyms``. v3: ``config_type`` and, with ``include_documentation``, the
 documentation. v4: flexible.
@@ -19,7 +20,7 @@ from semel.broker.handlers._configs import (
     ConfigEntry,
     ResourceType,
     broker_config_entries,
-    check_broker_resource_name,
+    group_config_entries,
     resource_type_name,
     topic_config_entries,
 )
@@ -41,18 +42,27 @@ API_KEY = 32
 
 
 def _entries(ctx, resource: DescribeConfigsResource) -> list[ConfigEntry]:
+    name = resource.resource_name
+    dynamic = ctx.broker.dynamic_configs
     if resource.resource_type == ResourceType.TOPIC:
-        validate_topic_name(resource.resource_name)
-        info = ctx.log_manager.topics.get(resource.resource_name)
+        validate_topic_name(name)
+        info = ctx.log_manager.topics.get(name)
         if info is None:
-            raise KafkaError(Error.UNKNOWN_TOPIC_OR_PARTITION,
-                             f"Topic {resource.resource_name} does not exist.")
-        return topic_config_entries(ctx.config, ctx.log_manager.default_config, info.configs)
+            raise KafkaError(Error.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
+        return topic_config_entries(dynamic, ctx.log_manager.default_config, info.configs)
     if resource.resource_type == ResourceType.BROKER:
-        check_broker_resource_name(resource.resource_name, ctx.broker.node_id)
-        if not resource.resource_name:
-            return []  # no dynamic cluster-wide defaults exist
-        return broker_config_entries(ctx.config)
+        if name:
+            try:
+                broker_id = int(name)
+            except ValueError:
+                raise KafkaError(Error.INVALID_REQUEST,
+                                 f"Broker id must be an integer, but it is: {name}") from None
+            if broker_id != ctx.broker.node_id:
+                raise KafkaError(Error.INVALID_REQUEST, "Unexpected broker id, expected "
+                                 f"{ctx.broker.node_id} or empty string, but received {name}")
+        return broker_config_entries(dynamic, ctx.config, per_broker=bool(name))
+    if resource.resource_type == ResourceType.GROUP:
+        return group_config_entries(dynamic, ctx.config, name)
     raise KafkaError(Error.INVALID_REQUEST, "Unsupported resource type: "
                      f"{resource_type_name(resource.resource_type)}")
 

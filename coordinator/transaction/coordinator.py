@@ -174,8 +174,11 @@ def _need_producer_id() -> int:
 class TransactionCoordinator:
     def __init__(self, log_manager, producer_ids, config: TxnConfig,
                  clock: Callable[[], int], write_markers: WriteMarkers, *,
-                 principals=None) -> None:
+                 principals=None, transaction_version: Callable[[], int] | None = None) -> None:
         self.log_manager = log_manager
+        # the finalized transaction.version, read at each use (UpdateFeatures changes it at
+        # run time); config.transaction_version when not given
+        self._transaction_version = transaction_version
         # coordinator.producer_principal.ProducerPrincipals, or None: nothing is recorded
         self.principals = principals
         self.producer_ids = producer_ids
@@ -197,6 +200,15 @@ class TransactionCoordinator:
         self._background: list[asyncio.Task] = []
         # 2PC transactions already logged as overdue: (id, producer id, start time)
         self._overdue_logged: set[tuple[str, int, int]] = set()
+
+    @property
+    def transaction_version(self) -> int:
+        """The server's transaction version now: the ``__transaction_state`` value version
+        and the epoch fence of InitProducerId and timeouts follow it (a client request is
+        served by its own version, as in Kafka)."""
+        if self._transaction_version is None:
+            return self.config.transaction_version
+        return self._transaction_version()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -329,7 +341,7 @@ class TransactionCoordinator:
         if plog is None:
             raise KafkaError(error or Error.COORDINATOR_NOT_AVAILABLE,
                              f"no {TRANSACTION_STATE_TOPIC_NAME} partition")
-        version = value_version_for(self.config.transaction_version)
+        version = value_version_for(self.transaction_version)
         if transit.principal is not None or transit.ongoing_producer_id != NO_PRODUCER_ID:
             version = max(version, 1)  # the principal and the kept pair are tagged fields
         value = encode_value(value_from_transit(transit), version)
@@ -424,7 +436,7 @@ class TransactionCoordinator:
                 md = TxnMetadata(transactional_id, new_id, txn_timeout_ms=timeout_ms,
                                  txn_last_update_timestamp=self.clock())
                 self.txns[transactional_id] = md
-        server_tv = self.config.transaction_version
+        server_tv = self.transaction_version
         decision = await self._decide(lambda new_producer_id: core.init_producer_id(
             md, timeout_ms, expected, self.clock(), new_producer_id, server_tv,
             keep_prepared=keep_prepared))
@@ -770,7 +782,7 @@ class TransactionCoordinator:
         return overdue
 
     async def _abort_timed_out(self, transactional_id: str, md: TxnMetadata) -> TxnResult:
-        server_tv = self.config.transaction_version
+        server_tv = self.transaction_version
         decision = await self._decide(lambda new_producer_id: core.abort_timed_out(
             md, self.clock(), server_tv, new_producer_id))
         if decision.transit is None:

@@ -13,6 +13,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from semel.broker.dynamic_config import DYNAMIC_KEYS
 from semel.broker.testing import BrokerThread
 from semel.storage.config import TOPIC_CONFIG_DEFS
 
@@ -77,7 +78,12 @@ def test_broker_settings_show_as_static_broker_config(tmp_path):
         retention = entries["retention.ms"]
         assert retention.value == "1000"
         assert retention.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-        assert set(retention.synonyms) == {"retention.ms", "log.retention.ms"}
+        # Kafka's order: override, the static log.retention.ms, then log.retention.hours'
+        # built-in default (log.retention.ms itself has none)
+        assert [(s.name, s.value, s.source) for s in retention.synonyms.values()] == [
+            ("retention.ms", "1000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value),
+            ("log.retention.ms", "3600000", ConfigSource.STATIC_BROKER_CONFIG.value),
+            ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG.value)]
 
 
 def test_cleaner_defaults_from_broker_settings(tmp_path):
@@ -125,7 +131,8 @@ def test_describe_broker(bootstrap):
     assert entries["num.partitions"].source == ConfigSource.DEFAULT_CONFIG.value
     assert entries["log.flush.mode"].value == "none"  # the test fixture sets it
     assert entries["log.flush.mode"].source == ConfigSource.STATIC_BROKER_CONFIG.value
-    assert all(e.is_read_only for e in entries.values())
+    # only Kafka's dynamic broker configs are writable
+    assert {name for name, e in entries.items() if not e.is_read_only} == DYNAMIC_KEYS
 
 
 def test_incremental_set_delete_append_subtract(bootstrap, broker):

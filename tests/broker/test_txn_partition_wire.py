@@ -480,7 +480,7 @@ def test_find_transaction_coordinator_creates_the_state_topic(tmp_path):
 
 
 def test_api_versions_finalize_transaction_version_2(wire):
-    response = wire.request(API_VERSIONS, 3, message(
+    response = wire.request(API_VERSIONS, 4, message(
         API_VERSIONS, "request", client_software_name="t", client_software_version="1"))
     supported = {f.name: (f.min_version, f.max_version) for f in response.supported_features}
     finalized = {f.name: f.max_version_level for f in response.finalized_features}
