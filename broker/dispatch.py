@@ -3,9 +3,10 @@
 Looks the API up in the handler table, checks the version against ``protocol.api``,
 parses the header and body with the generated codecs, runs the handler and encodes its
 response. A ``KafkaError`` escaping a handler becomes the handler's ``error_response``; an
-unknown API key, an unsupported version (other than ApiVersions, which answers
-UNSUPPORTED_VERSION in a v0 response as KIP-511 requires) or a body that does not parse
-ends the connection, as Apache Kafka does.
+unknown API key, one Kafka has but semel does not serve (Kafka's SocketServer closes for a
+key it does not enable on the listener too), an unsupported version (other than
+ApiVersions, which answers UNSUPPORTED_VERSION in a v0 response as KIP-511 requires) or a
+body that does not parse ends the connection, as Apache Kafka 4.x does.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ class Dispatcher:
     def _unsupported_api_versions(self, correlation_id: int) -> bytes:
         from semel.broker.handlers import api_versions
 
-        response = api_versions.build_response(Error.UNSUPPORTED_VERSION, self.supported, 0)
+        response = api_versions.unsupported_version_response(self.supported)
         out = bytearray(4)
         out += encode_response_header(correlation_id, 0)
         api.codec(API_VERSIONS, "response").encode(0, response, out)

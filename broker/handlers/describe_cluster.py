@@ -1,11 +1,13 @@
-"""DescribeCluster (key 60), v0-1.
+"""DescribeCluster (key 60), v0-2.
 
 The cluster is this one broker: it is listed with its advertised address and named as the
 controller (Kafka's brokers report a live broker there, since clients cannot reach KRaft
 controllers). With ``include_cluster_authorized_operations`` every CLUSTER operation is
 reported as allowed (no authorizer). v1: ``endpoint_type``; only BROKER (1) is served, an
 unknown type answers UNSUPPORTED_ENDPOINT_TYPE and CONTROLLER (2) MISMATCHED_ENDPOINT_TYPE
-(INVALID_REQUEST for both in v0, as Kafka does).
+(INVALID_REQUEST for both in v0, as Kafka does). v2 (KIP-1073): ``include_fenced_brokers``
+and each broker's ``is_fenced``; this broker serves, so it is never fenced and there is no
+fenced broker to add.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ async def handle(ctx, req: DescribeClusterRequest) -> DescribeClusterResponse:
         error_code=Error.NONE, endpoint_type=ENDPOINT_BROKER, cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         brokers=[DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
-                                       rack=None)],
+                                       rack=None, is_fenced=False)],
         cluster_authorized_operations=(_authorized_operations(ctx)
                                        if req.include_cluster_authorized_operations
                                        else AUTHORIZED_OPERATIONS_OMITTED))

@@ -1,4 +1,4 @@
-"""ListOffsets (key 2), v1-9.
+"""ListOffsets (key 2), v1-10.
 
 Per partition, the offset for a timestamp spec:
   -2 earliest        log start offset
@@ -8,6 +8,8 @@ Per partition, the offset for a timestamp spec:
   -4 earliest local  (v8+) = earliest (no tiered storage)
   -5 latest tiered   (v9+) offset -1, leader epoch -1: nothing is tiered
   t >= 0             first record with timestamp >= t, through the time index
+v10 (KIP-1075) adds ``timeout_ms``, the wait for offsets read from remote storage: nothing
+is remote here, every answer is immediate, so it is not used.
 Timestamp lookups and max timestamp only report offsets below the high watermark (last
 stable offset), else offset -1 and timestamp -1, as Kafka does. The timestamp is -1 for
 earliest/latest. v4+: leader epoch 0 (the only one) with every offset found. A spec the

@@ -1,4 +1,4 @@
-"""Metadata (key 3), v0-12.
+"""Metadata (key 3), v0-13.
 
 One broker (this node) leads every partition with leader epoch 0; replicas and ISR are
 ``[node_id]``. ``topics`` null = all topics; topics may be named (and, v10+, given by id).
@@ -12,6 +12,8 @@ the topic, else TOPIC_AUTHORIZATION_FAILED. v8+: authorized-operation bit fields
 v10-11 carry a topic id field but, as in Kafka, topics can only be asked for by name there:
 a null name or a topic id answers INVALID_REQUEST for every topic (names "" where null,
 since a v10-11 response cannot carry a null name). v12+: an unknown id is UNKNOWN_TOPIC_ID.
+v13 (KIP-1102) has a top-level error code: NONE in an answer (Kafka's brokers never send
+REBOOTSTRAP_REQUIRED), the error of a failed request, as Kafka's ``getErrorResponse``.
 """
 
 from __future__ import annotations
@@ -147,5 +149,6 @@ async def auto_create_topic(broker, name: str):
 
 
 def error_response(req: MetadataRequest, code: Error) -> MetadataResponse:
-    return MetadataResponse(topics=[_error_topic("" if t.name is None else t.name, t.topic_id, code)
-                                    for t in (req.topics or [])])
+    return MetadataResponse(error_code=code, topics=[
+        _error_topic("" if t.name is None else t.name, t.topic_id, code)
+        for t in (req.topics or [])])
