@@ -468,6 +468,13 @@ class BrokerConfig:
         hi=INT32_MAX,
         semel="semel's own key",
     )
+    # --- client quotas (values per user / client-id: AlterClientQuotas, broker/quotas/)
+    quota_window_num: int = _int(
+        11, "Samples kept for client quota rates (10 whole windows and the current one).", lo=1
+    )
+    quota_window_size_seconds: int = _int(
+        1, "Time span of each client quota sample, in seconds.", lo=1
+    )
     socket_sendfile_enable: bool = _bool(
         True,
         "Fetch sends large record data from the segment files with sendfile (zero copy) on "

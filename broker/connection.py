@@ -49,6 +49,11 @@ the connection is lost; ``close()`` lets what was answered go out first, as
 ``transport.close()`` does. Where sendfile cannot be used (TLS, a transport without a
 socket) the region is read into memory and written like any buffer.
 
+Throttling (client quotas, KIP-219): a response whose client exceeded a quota is sent at
+once with its throttle time; then the connection is muted for that long - it starts no
+further request and stops reading - until ``throttled_until`` on the broker's monotonic clock
+(``throttle``; a timer looks again, as ``close_if_due`` does).
+
 Bad input (framing errors, malformed or unsupported requests, timeouts) closes the
 connection, is counted in ``semel_bad_input_total{reason}`` and logged once per connection
 through a rate limit, without a traceback.
@@ -125,6 +130,7 @@ class Connection(asyncio.BufferedProtocol):
         self.ready_ns: int | None = None
         self.read_ns = 0
         self.close_at: int | None = None  # failed authentication: closed at this monotonic ms
+        self.throttled_until: int | None = None  # muted by a quota until this monotonic ms
         self.session = Session(self.ip)
         # zero copy: the socket's descriptor (None: regions are read and written as bytes);
         # what is written directly, from the first region on (buffers and regions), bytes of
@@ -226,7 +232,8 @@ class Connection(asyncio.BufferedProtocol):
         reader = self.reader
         started = 0
         while not (self.running or self.closed or len(self.slots) >= self.max_inflight
-                   or self.session.close_after_ms is not None):
+                   or self.session.close_after_ms is not None
+                   or self.throttled_until is not None):
             if started == 0:
                 started = perf_counter_ns()
             elif perf_counter_ns() - started > BURST_NS:
@@ -280,7 +287,7 @@ class Connection(asyncio.BufferedProtocol):
     async def _run(self, frame: memoryview, slot: _Slot) -> None:
         try:
             slot.data = await self.dispatcher.dispatch(
-                frame, self.session, lambda: self._release_turn(slot))
+                frame, self.session, lambda: self._release_turn(slot), self.throttle)
         except CloseConnection as e:
             self.bad_input(e.reason, f"closing {self.peer}: {e}")
             self.close()
@@ -314,6 +321,28 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
         else:
             asyncio.get_running_loop().call_later(left / 1000, self.close_if_due)
+
+    def throttle(self, ms: int) -> None:
+        """Mute the connection for ``ms`` (a client quota was exceeded): responses already
+        due still go out, no request starts and nothing is read until the time has passed."""
+        until = self.broker.monotonic_ms() + ms
+        if self.throttled_until is not None and self.throttled_until >= until:
+            return
+        first = self.throttled_until is None
+        self.throttled_until = until
+        self._update_reading()
+        if first:
+            asyncio.get_running_loop().call_later(ms / 1000, self._unthrottle_if_due)
+
+    def _unthrottle_if_due(self) -> None:
+        if self.closed or self.throttled_until is None:
+            return
+        left = self.throttled_until - self.broker.monotonic_ms()
+        if left > 0:
+            asyncio.get_running_loop().call_later(left / 1000, self._unthrottle_if_due)
+            return
+        self.throttled_until = None
+        self._pump()
 
     def _task_finished(self, task: asyncio.Task, slot: _Slot) -> None:
         self.tasks.discard(task)
@@ -494,6 +523,7 @@ class Connection(asyncio.BufferedProtocol):
         memory = self.memory
         should_pause = (self.reader.full or self.writing_paused or self.out
                         or self.session.close_after_ms is not None
+                        or self.throttled_until is not None
                         or self.pending_bytes > self.max_pending
                         or (memory.large_full and (memory.full or self.reader.receiving_large)))
         if should_pause and not self.reading_paused:

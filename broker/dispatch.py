@@ -7,6 +7,13 @@ unknown API key, one Kafka has but semel does not serve (Kafka's SocketServer cl
 key it does not enable on the listener too), an unsupported version (other than
 ApiVersions, which answers UNSUPPORTED_VERSION in a v0 response as KIP-511 requires) or a
 body that does not parse ends the connection, as Apache Kafka 4.x does.
+
+Client quotas (broker/quotas/), once any is set: the request's bytes count against the
+client's produce quota, its event-loop time (``_Timed``) against the request quota (not for
+acks=0 produce or WriteTxnMarkers, as Kafka), Fetch accounts its own response bytes; the
+longer throttle goes into the response's ``throttle_time_ms`` and the connection stops
+reading for that long (``throttle``) after the response is sent at once (KIP-219). While no
+quota is set none of this runs and Produce takes its fast path.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from semel.broker.context import RequestContext
 from semel.broker.handlers import HANDLERS
+from semel.broker.quotas import NANOS_TO_PERCENTAGE
 from semel.broker.security.session import BEFORE_AUTHENTICATION, SASL_HANDSHAKE, Session
 from semel.protocol import api
 from semel.protocol.errors import Error, KafkaError, ProtocolError
@@ -30,9 +38,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.dispatch")
 PRODUCE = 0
+FETCH = 1
 API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
 _LOADED = HANDLERS.loaded  # the handler modules imported so far (HANDLERS imports the rest)
+# APIs the request quota exempts (Kafka: cluster actions, answered exempt from throttling)
+REQUEST_QUOTA_EXEMPT = frozenset({27})  # WriteTxnMarkers
 
 
 class CloseConnection(Exception):
@@ -55,11 +66,14 @@ class Dispatcher:
         self.broker = broker
         self.supported = advertised_versions()
         self.metrics = broker.metrics
+        self.quotas = broker.quotas
 
     async def dispatch(self, frame: memoryview, session: Session,
-                       release: Callable[[], None] | None = None) -> list | None:
+                       release: Callable[[], None] | None = None,
+                       throttle: Callable[[int], None] | None = None) -> list | None:
         """The response frame (size prefix included) as buffers for ``writelines``, or None
-        when no response is sent (acks=0). Large fetched records are not copied into it."""
+        when no response is sent (acks=0). Large fetched records are not copied into it.
+        ``throttle(ms)``: a quota was exceeded; the connection reads nothing more for ms."""
         if session.raw_tokens:
             return self._raw_token(frame, session)
         try:
@@ -94,7 +108,8 @@ class Dispatcher:
         started = time.perf_counter()
         broker = self.broker
         interceptor = broker.interceptor
-        if (api_key == PRODUCE and broker.authorizer is None
+        quotas = self.quotas
+        if (api_key == PRODUCE and broker.authorizer is None and not quotas.enabled
                 and (interceptor is None or interceptor.quiet)):
             fast = handler.fast_path(broker, frame, version)
             if fast is not None:
@@ -115,11 +130,15 @@ class Dispatcher:
         # interceptor: tests' fault injection (semel.broker.faults)
         fault = None if interceptor is None else interceptor.intercept(
             api_key, header, request, session)
+        timed = None
         try:
             if fault is not None and fault.error is not None:
                 # an acks=0 produce is never answered, also when failed on purpose
                 response = None if getattr(request, "acks", None) == 0 \
                     else handler.error_response(request, fault.error)
+            elif quotas.request.enabled:
+                timed = _Timed(handler.handle(ctx, request))
+                response = await timed
             else:
                 response = await handler.handle(ctx, request)
         except KafkaError as e:
@@ -127,6 +146,9 @@ class Dispatcher:
             response = handler.error_response(request, e.code)
         if fault is not None and await fault.after_handling():
             return None  # the response is dropped (or the connection closed instead)
+        if quotas.enabled:
+            self._throttle(api_key, header, session, request, response, len(frame),
+                           0 if timed is None else timed.ns, throttle)
         if response is None:  # acks=0 produce
             return None
         out = FrameBuilder(4)  # size prefix, filled in by chunks()
@@ -136,6 +158,40 @@ class Dispatcher:
             # latency, and the error codes in the response (which: broker/metrics.py)
             self.metrics.observe_request(api_key, time.perf_counter() - started, response)
         return out.chunks()
+
+    def _throttle(self, api_key: int, header, session: Session, request, response,
+                  size: int, request_ns: int, throttle: Callable[[int], None] | None) -> None:
+        """Record the request against the client's quotas; if one is exceeded, put the
+        throttle time into the response and mute the connection (Kafka's KafkaApis and
+        RequestHandlerHelper: the longer of the bandwidth and request throttles, counted
+        against the quota type that caused it)."""
+        quotas = self.quotas
+        now = self.broker.monotonic_ms()
+        user = session.principal.name
+        client_id = header.client_id or ""
+        bandwidth = 0
+        bandwidth_quota = None
+        exempt = api_key in REQUEST_QUOTA_EXEMPT
+        if api_key == PRODUCE:
+            bandwidth_quota = quotas.produce
+            if bandwidth_quota.enabled:
+                bandwidth = bandwidth_quota.record(user, client_id, size, now)
+            exempt = request.acks == 0
+        elif api_key == FETCH and response is not None:
+            bandwidth_quota = quotas.fetch  # fetch.py recorded its response's bytes
+            bandwidth = response.throttle_time_ms
+        requested = 0
+        if quotas.request.enabled and not exempt:
+            requested = quotas.request.record(user, client_id,
+                                              request_ns * NANOS_TO_PERCENTAGE, now)
+        throttle_ms = max(bandwidth, requested)
+        if throttle_ms <= 0:
+            return
+        (bandwidth_quota if bandwidth > requested else quotas.request).throttled_for(throttle_ms)
+        if response is not None and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = throttle_ms
+        if throttle is not None:
+            throttle(throttle_ms)
 
     def _fast_answer(self, fast, correlation_id: int, started: float) -> list:
         """The answer to a Produce request the fast path appended."""
@@ -169,3 +225,34 @@ class Dispatcher:
         api.codec(API_VERSIONS, "response").encode(0, response, out)
         _SIZE.pack_into(out, 0, len(out) - 4)
         return [out]
+
+
+class _Timed:
+    """Awaits a coroutine and adds up the time it runs on the event loop (``ns``), not the
+    time it is suspended: Kafka's request-thread time, for the request quota."""
+
+    __slots__ = ("coro", "ns")
+
+    def __init__(self, coro) -> None:
+        self.coro = coro
+        self.ns = 0
+
+    def __await__(self):
+        coro = self.coro
+        value = error = None
+        while True:
+            start = time.perf_counter_ns()
+            try:
+                yielded = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                self.ns += time.perf_counter_ns() - start
+                return stop.value
+            except BaseException:
+                self.ns += time.perf_counter_ns() - start
+                raise
+            self.ns += time.perf_counter_ns() - start
+            value = error = None
+            try:
+                value = yield yielded
+            except BaseException as exc:  # noqa: BLE001 - cancellation etc., passed on
+                error = exc

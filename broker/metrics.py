@@ -27,6 +27,8 @@ State (read on the broker's event loop when scraped; the HTTP server's thread wa
   semel_live_producer_ids, semel_active_transactional_ids, semel_transactional_ids{state},
   semel_transaction_oldest_ongoing_age_seconds, semel_coordinator_partitions_loading,
   semel_two_phase_commit_{transactions,transactions_overdue,oldest_age_seconds}
+Client quotas (broker/quotas/), by quota type produce / fetch / request:
+  semel_quota_throttle_time_seconds_total{type}, semel_quota_throttled_responses_total{type}
 Also: connections and request memory, the log cleaner's gauges, bad input by reason, and
 ``process_*`` (CPU seconds, resident memory, open and max file descriptors, start time).
 
@@ -176,6 +178,15 @@ class BrokerMetrics:
                   "Request bytes held over all connections (bounded by "
                   "queued.max.request.bytes).",
                   registry=registry).set_function(lambda: request_memory.used)
+
+        self._on_registry(register)
+
+    def register_quotas(self, quotas) -> None:
+        """Client quota throttling by quota type (produce, fetch, request), read when
+        scraped: Kafka's per-client ``throttle-time`` sensors summed over clients."""
+
+        def register(registry) -> None:
+            registry.register(QuotaThrottleCollector(quotas))
 
         self._on_registry(register)
 
@@ -393,6 +404,34 @@ class _Snapshot:
         self.oldest_ongoing_ms = 0
         self.loading: dict[str, int] = {}
         self.two_phase = (0, 0, 0)
+
+
+class QuotaThrottleCollector:
+    """semel_quota_throttle_time_seconds_total{type} and
+    semel_quota_throttled_responses_total{type}: responses throttled with that quota type
+    as the cause (the longer throttle when two apply, as Kafka) and their throttle times."""
+
+    def __init__(self, quotas) -> None:
+        self.quotas = quotas
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        seconds = CounterMetricFamily(
+            "semel_quota_throttle_time_seconds",
+            "Throttle time given to clients by client quota type (Kafka's throttle-time).",
+            labels=["type"])
+        count = CounterMetricFamily(
+            "semel_quota_throttled_responses",
+            "Responses throttled (channel muted) by client quota type.", labels=["type"])
+        for name, manager in self.quotas.managers().items():
+            seconds.add_metric([name], manager.throttle_ms_total / 1000)
+            count.add_metric([name], manager.throttled)
+        yield seconds
+        yield count
 
 
 class BrokerStateCollector:

@@ -21,6 +21,7 @@ from semel.broker.dynamic_config import DynamicConfigs, apply_to_broker
 from semel.broker.features import TRANSACTION_VERSION, FeatureStore
 from semel.broker.fetch_wait import FetchWaiters
 from semel.broker.metrics import BrokerMetrics
+from semel.broker.quotas import ClientQuotas
 from semel.broker.request_memory import RequestMemory
 from semel.broker.security.credentials import ScramCredentialStore
 from semel.broker.security.endpoint import ListenerEndpoint
@@ -114,6 +115,9 @@ class Broker:
         # finalized feature levels (UpdateFeatures), read from the data dir at start
         self.features = FeatureStore(Path(config.log_dirs), self.log_manager.fs, config.node_id)
         self.fetch_waiters = FetchWaiters()
+        # client quotas (broker/quotas/), read from the data directory at start
+        self.quotas = ClientQuotas.from_config(config, self.log_manager.fs)
+        self.metrics.register_quotas(self.quotas)
         # group coordinator (consumer groups, committed offsets in __consumer_offsets)
         self.group_coordinator = GroupCoordinator(
             self.log_manager, GroupConfig.from_broker_config(config), clock=clock)
@@ -154,6 +158,7 @@ class Broker:
         await self.producer_id_manager.start()  # the data directory is locked now
         self.scram_credentials.load()  # a damaged credentials file stops the start here
         self.features.load()  # as does a damaged feature levels file
+        self.quotas.load()  # as does a damaged client quotas file
         if self.producer_principals is not None:
             self.producer_principals.load()  # as does a damaged producer principal file
         await self.group_coordinator.start()

@@ -73,6 +73,8 @@ APIS: tuple[Api, ...] = (
     Api(45, "AlterPartitionReassignments", 0, 1),
     Api(46, "ListPartitionReassignments", 0, 0),
     Api(47, "OffsetDelete", 0, 0),
+    Api(48, "DescribeClientQuotas", 0, 1),
+    Api(49, "AlterClientQuotas", 0, 1),
     Api(50, "DescribeUserScramCredentials", 0, 0),
     Api(51, "AlterUserScramCredentials", 0, 0),
     Api(57, "UpdateFeatures", 0, 2),

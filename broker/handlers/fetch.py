@@ -41,6 +41,13 @@ errors carry -1 there, as Kafka's do.
   rather than bytes: the connection sends them from the segment's file with os.sendfile
   after the response's preceding bytes. MessagesOut is then counted from the batch headers
   (``FileRegion.data_records``), not from the bytes, which the broker never reads.
+- Client quotas (consumer_byte_rate, broker/quotas/): the response's size counts against
+  the client's fetch quota; over it, or over the client's request_percentage quota, the
+  response is empty (no partitions, no session
+  created, an incremental session's cached state untouched) and carries the throttle time
+  (dispatch mutes the connection), and the bytes are taken back, as Kafka's KafkaApis.
+  max_bytes (and min_bytes) are capped at what the quota allows over its window, so a
+  consumer is never throttled for certain. Follower fetches are not client-quota'd.
 - preferred_read_replica is always -1; diverging_epoch, current_leader, snapshot_id and
   node_endpoints are never set.
 """
@@ -63,6 +70,7 @@ from semel.broker.fetch_session import (
 from semel.broker.handlers._authz import NOTHING, cluster_allows, denied_topics
 from semel.broker.handlers._partitions import check_leader_epoch
 from semel.broker.security import AclOperation
+from semel.protocol import api
 from semel.protocol.errors import Error, KafkaError
 from semel.protocol.messages.fetch_request import FetchRequest
 from semel.protocol.messages.fetch_response import (
@@ -71,7 +79,7 @@ from semel.protocol.messages.fetch_response import (
     FetchResponse,
     PartitionData,
 )
-from semel.protocol.primitives import ATTACH_MIN
+from semel.protocol.primitives import ATTACH_MIN, FrameBuilder
 from semel.protocol.records import data_records
 from semel.storage.file_region import FileRegion
 
@@ -131,6 +139,7 @@ async def handle(ctx, req: FetchRequest) -> FetchResponse:
                      for key, cp in session.partitions.items()]
     expected_epoch = session.epoch if session is not None else None
 
+    quota = _quota(ctx, req)
     _resolve(ctx, reads, req)
     await _read_until_ready(ctx, reads, req)
 
@@ -138,15 +147,66 @@ async def handle(ctx, req: FetchRequest) -> FetchResponse:
         if cache.get(session.id) is not session or session.epoch != expected_epoch:
             return FetchResponse(error_code=Error.INVALID_FETCH_SESSION_EPOCH,
                                  session_id=session.id)
+        if quota is not None and (throttled := _throttled(ctx, quota, reads, by_id, session.id)):
+            return throttled
         _count_bytes_out(ctx, reads)
         return FetchResponse(session_id=session.id,
                              responses=_grouped(_changed(session, reads), by_id))
     session_id = INVALID_SESSION_ID
+    if quota is not None and (throttled := _throttled(ctx, quota, reads, by_id, session_id)):
+        return throttled
     if epoch == INITIAL_EPOCH:
         session_id = cache.create({r.key: _cached(r) for r in reads}, by_id,
                                   ctx.broker.monotonic_ms())
     _count_bytes_out(ctx, reads)
     return FetchResponse(session_id=session_id, responses=_grouped(reads, by_id))
+
+
+def _quota(ctx, req: FetchRequest):
+    """The fetch quota manager when a consumer_byte_rate quota exists (None otherwise, and
+    for follower fetches); caps the request's sizes at what the client's quota allows over
+    its window (Kafka's maxValueInQuotaWindow)."""
+    quotas = ctx.broker.quotas
+    quota = quotas.fetch
+    if not (quota.enabled or quotas.request.enabled) or req.replica_id >= 0 \
+            or req.replica_state.replica_id >= 0:
+        return None
+    most = quota.max_value_in_window(ctx.principal.name, ctx.header.client_id or "")
+    if most is not None:
+        req.max_bytes = min(req.max_bytes, int(most))
+        req.min_bytes = min(req.min_bytes, req.max_bytes)
+    return quota
+
+
+def _throttled(ctx, quota, reads: list[_Read], by_id: bool, session_id: int
+               ) -> FetchResponse | None:
+    """Record this response's size against the client's fetch quota; over it, or over the
+    client's request quota, take the bytes back and answer the empty throttled response
+    instead (its regions released), as Kafka's handleFetchRequest does. Dispatch records
+    the request's own time afterwards."""
+    user, client_id = ctx.principal.name, ctx.header.client_id or ""
+    now = ctx.broker.monotonic_ms()
+    size = _response_size(ctx.api_version, reads, by_id)
+    throttle_ms = quota.record(user, client_id, size, now)
+    requests = ctx.broker.quotas.request
+    if requests.enabled:  # recording nothing: the throttle the client's rate calls for now
+        throttle_ms = max(throttle_ms, requests.record(user, client_id, 0, now))
+    if throttle_ms <= 0:
+        return None
+    quota.unrecord(user, client_id, size, now)
+    for read in reads:
+        _release(read.response)
+    return FetchResponse(throttle_time_ms=throttle_ms, session_id=session_id)
+
+
+def _response_size(version: int, reads: list[_Read], by_id: bool) -> int:
+    """The bytes of the response (size prefix and header included) answering every read:
+    encoded with records attached by reference, so never copied."""
+    out = FrameBuilder(4)
+    api.codec(API_KEY, "response").encode(
+        version, FetchResponse(responses=_grouped(reads, by_id)), out)
+    header = 5 if version >= api.codec(API_KEY, "request").FIRST_FLEXIBLE else 4
+    return sum(len(chunk) for chunk in out.chunks()) + header
 
 
 def _requested(req: FetchRequest, by_id: bool) -> list[_Read]:
