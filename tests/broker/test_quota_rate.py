@@ -125,3 +125,47 @@ def test_client_quotas_enable_and_publish(tmp_path):
     again = ClientQuotas(tmp_path)
     again.load()
     assert again.store.entities == {ip: {"connection_creation_rate": 3.0}}
+
+
+def _greedy(samples: int, size: int, fetch: bool, until_ms: int = 20_000):
+    """A client sending ``size`` bytes as soon as it may (1 ms apart, or after the throttle)
+    against a 1 MB/s quota over ``samples`` windows of 1 s; a fetch's bytes are taken back
+    when it is throttled (it is answered empty). Returns (first throttle ms, [(ms, bytes
+    delivered)])."""
+    rate = SampledRate(samples, 1000)
+    now, first, delivered = 0, None, []
+    while now < until_ms:
+        rate.record(size, now)
+        wait = throttle_time_ms(rate, 1_000_000, now)
+        if wait and first is None:
+            first = now
+        if wait and fetch:
+            rate.record(-size, now)
+        else:
+            delivered.append((now, size))
+        now += max(wait, 1)
+    return first, delivered
+
+
+def _ratio(delivered, start: int, span: int) -> float:
+    return sum(n for t, n in delivered if start < t <= start + span) / span * 1000 / 1_000_000
+
+
+@pytest.mark.parametrize(("size", "fetch"), [(16_384, False), (102_400, True)])
+def test_greedy_client_gets_its_quota_once_the_first_burst_has_expired(size, fetch):
+    """The burst a new client is allowed before its first throttle (its rate is measured
+    over samples - 1 windows) is paid back until its sample expires, samples windows later;
+    over the two periods of the oscillation after that a greedy client gets its quota, as
+    the integration test measures with librdkafka."""
+    first, delivered = _greedy(3, size, fetch)
+    assert _ratio(delivered, first, 6000) < 0.85  # measured from the first throttle: short
+    assert 0.95 <= _ratio(delivered, first + 3000, 6000) <= 1.05
+
+
+def test_large_throttled_fetches_get_less_than_the_quota():
+    """1 MB fetches against 1 MB/s over 3 windows of 1 s: two fetches fit the two-second
+    minimum window, the next is answered empty and its throttle passes while the window is
+    still at its minimum, so the consumer gets about 2 MB every 3 s (why the integration test
+    fetches 100 kB at a time)."""
+    first, delivered = _greedy(3, 1_000_000, fetch=True, until_ms=30_000)
+    assert 0.6 <= _ratio(delivered, first + 3000, 18_000) <= 0.75

@@ -1,12 +1,24 @@
 """Client quotas against real clients: a confluent-kafka (librdkafka) producer over its
 producer_byte_rate and a consumer over its consumer_byte_rate are throttled - the client
 reports the throttle times the broker sends (throttle_cb) - and their throughput stays within
-10% of the quota (the producer's) or below it (the consumer's).
+10% of the quota (the producer's; the consumer's within 25%, see its test).
 
 The data flows in real time; what is asserted is the ratio of bytes to the span they took,
-measured after the first throttle (the quota's first windows allow a burst, as Kafka's).
-The broker runs with 3 samples of 1 s (quota.window.num / quota.window.size.seconds) so
-the steady state comes within a second.
+measured once the quota's rate is in its steady state. The broker runs with 3 samples of 1 s
+(quota.window.num / quota.window.size.seconds). Kafka's sampled rate (SampledStat and Rate,
+which semel follows) lets a new client burst: its rate is measured over at least
+``samples - 1`` windows, so about 2 MB go through before the first throttle, and that burst
+is paid back by longer throttles until its sample expires, ``samples`` windows after its
+last event (measured from the first throttle, the next 6 s carry 0.67x the quota in a
+simulation of the algorithm, 0.79x with librdkafka's producer). From then on the rate
+oscillates with a period of about ``samples`` windows (a sample expiring lets a burst
+through, a throttle pays it back), so the measurement skips ``SETTLE_S`` after the first
+throttle and then spans two whole periods. Requests are kept small against a second of quota
+(batch.size, max.partition.fetch.bytes): a request carrying a large share of the window makes
+the measured span's edges coarse, and for a consumer a throttled fetch is answered empty and
+its bytes taken back, so with 1 MB fetches Kafka's algorithm delivers about 0.7x of a 1 MB/s
+quota over these windows (two fetches in, then three throttles while the window is still its
+minimum of two seconds), with 100 kB fetches about 0.99x.
 """
 
 from __future__ import annotations
@@ -23,7 +35,8 @@ from tests.kafka_wire import KafkaWire, create_topic
 QUOTA = 1_000_000  # bytes per second
 WINDOWS = {"quota.window.num": "3", "quota.window.size.seconds": "1"}
 VALUE = b"v" * 1000
-MEASURE_S = 6.0
+SETTLE_S = 3.0  # samples x window: the burst before the first throttle has expired
+MEASURE_S = 6.0  # two periods of the steady state's oscillation
 
 
 @pytest.fixture
@@ -36,6 +49,12 @@ def _set_quota(bootstrap: str, client_id: str, key: str) -> None:
     with KafkaWire.connect(bootstrap) as wire:
         r = alter(wire, [({"client_id": client_id}, [(key, float(QUOTA))])])
         assert r.entries[0].error_code == 0
+
+
+def _rate(events: list[tuple[float, int]], start: float) -> float:
+    """Bytes per second of the events (time, bytes) in (start, start + MEASURE_S]."""
+    end = start + MEASURE_S
+    return sum(n for t, n in events if start < t <= end) / MEASURE_S
 
 
 def test_producer_over_its_byte_rate_is_throttled(quota_broker):
@@ -55,36 +74,37 @@ def test_producer_over_its_byte_rate_is_throttled(quota_broker):
 
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": "throttled-producer",
                          "linger.ms": 5, "acks": 1, "queue.buffering.max.kbytes": 4096,
+                         "batch.size": 16384,  # requests small against a second of quota
                          "throttle_cb": lambda event: throttles.append(event.throttle_time)})
-    deadline = None
-    while deadline is None or time.monotonic() < deadline:
+    start = None
+    while start is None or time.monotonic() < start + MEASURE_S:
         try:
             producer.produce("quota-p", VALUE, on_delivery=delivered)
         except BufferError:
             producer.poll(0.01)
         producer.poll(0)
-        if deadline is None and any(throttles):
-            start = time.monotonic()  # past the first windows' burst: measure from here
-            first = len(acked)
-            deadline = start + MEASURE_S
-        elif deadline is None and len(acked) > 20 * QUOTA / len(VALUE):
+        if start is None and any(throttles):
+            start = time.monotonic() + SETTLE_S
+        elif start is None and len(acked) > 20 * QUOTA / len(VALUE):
             pytest.fail("never throttled")
-    end = time.monotonic()
-    span = acked[-1][0] - acked[first][0]
-    measured = sum(n for _, n in acked[first:]) / span
+    measured = _rate(acked, start)
     assert not errors
     producer.purge()  # what is still queued is not part of the measurement
     producer.flush(10)
     assert max(throttles) > 0
-    assert 0.9 * QUOTA <= measured <= 1.1 * QUOTA, (measured, span, end - start)
+    assert 0.9 * QUOTA <= measured <= 1.1 * QUOTA, measured
 
 
 def test_consumer_over_its_byte_rate_is_throttled(quota_broker):
     bootstrap = quota_broker.bootstrap
     with KafkaWire.connect(bootstrap) as wire:
         create_topic(wire, "quota-c")
-    total = int(QUOTA * (MEASURE_S + 4))
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    # the burst before the first throttle, then the settling and measured spans, and spare
+    total = int(QUOTA * (3 + SETTLE_S + MEASURE_S + 2))
+    # batches small enough for max.partition.fetch.bytes to bound the fetches (a fetch
+    # returns a whole first batch, however large)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "batch.size": 16384})
     for _ in range(total // len(VALUE)):
         while True:
             try:
@@ -98,27 +118,25 @@ def test_consumer_over_its_byte_rate_is_throttled(quota_broker):
     consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": "throttled-consumer",
                          "group.id": "quota-g", "auto.offset.reset": "earliest",
                          "enable.auto.commit": False,
+                         "max.partition.fetch.bytes": 102400,  # fetches small against it
                          "throttle_cb": lambda event: throttles.append(event.throttle_time)})
     consumer.subscribe(["quota-c"])
     received: list[tuple[float, int]] = []
-    deadline = None
+    start = None
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while start is None or time.monotonic() < start + MEASURE_S:
             for msg in consumer.consume(1000, 0.1):
                 assert msg.error() is None, msg.error()
                 received.append((time.monotonic(), len(msg.value())))
-            if deadline is None and any(throttles):
-                start = time.monotonic()
-                first = len(received)
-                deadline = start + MEASURE_S
+            if start is None and any(throttles):
+                start = time.monotonic() + SETTLE_S
             assert len(received) * len(VALUE) < total, "the topic ran out before the end"
-        end = time.monotonic()
     finally:
         consumer.close()
-    # librdkafka fetches ahead of the application: what it handed over in the whole span
-    span = end - start
-    measured = sum(n for _, n in received[first:]) / span
+    measured = _rate(received, start)
     assert max(throttles) > 0
-    # the quota holds; librdkafka consumes at about half of it here (an empty throttled
-    # fetch, then its own back-off), so only the upper bound is asserted for the consumer
-    assert 0.3 * QUOTA <= measured <= 1.1 * QUOTA, (measured, span)
+    # a consumer's steady state is burstier than a producer's: an expiring sample lets up
+    # to two windows' worth through at once, then empty throttled fetches pay it back, so a
+    # 6 s span holds 0.83x-1.14x of the quota (librdkafka, every start of the span 3-9.5 s
+    # after the first throttle); the bounds say it neither starves nor overruns
+    assert 0.75 * QUOTA <= measured <= 1.25 * QUOTA, measured
