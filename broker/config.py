@@ -289,6 +289,19 @@ def _secret(doc: str) -> Any:
 _WEEK_MS = 7 * 24 * 3600 * 1000
 
 
+def _parse_consumer_assignors(text: str) -> tuple[str, ...]:
+    """``group.consumer.assignors``: uniform and range, by name or Kafka's class name."""
+    names = []
+    for item in parse_list(text):
+        name = item.rsplit(".", 1)[-1].lower().removesuffix("assignor")
+        if name not in ("uniform", "range"):
+            raise _Invalid(f"unknown assignor {item!r} (uniform, range)")
+        names.append(name)
+    if not names:
+        raise _Invalid("at least one assignor is needed")
+    return tuple(names)
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """Every property the broker honours; attribute = Kafka name with '.' -> '_'."""
@@ -630,6 +643,21 @@ class BrokerConfig:
         INT32_MAX,
         "Most members a group may have; a join beyond it gets GROUP_MAX_SIZE_REACHED.",
         lo=1,
+    )
+    group_consumer_session_timeout_ms: int = _int(
+        45000, "Session timeout of consumer group (KIP-848) members.", lo=1
+    )
+    group_consumer_heartbeat_interval_ms: int = _int(
+        5000, "Heartbeat interval the coordinator gives consumer group (KIP-848) members.", lo=1
+    )
+    group_consumer_max_size: int = _int(
+        INT32_MAX, "Most members a consumer group (KIP-848) may have.", lo=1
+    )
+    group_consumer_assignors: tuple[str, ...] = _list(
+        ("uniform", "range"),
+        "Server-side assignors of consumer groups (KIP-848): uniform, range; the first is the "
+        "default.",
+        _parse_consumer_assignors,
     )
     offset_metadata_max_bytes: int = _int(
         4096, "Longest metadata string of a committed offset (else OFFSET_METADATA_TOO_LARGE)."

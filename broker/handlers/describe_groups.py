@@ -1,8 +1,9 @@
-"""DescribeGroups (key 15), v0-5.
+"""DescribeGroups (key 15), v0-6.
 
 State, protocol type, selected protocol and members (client id and host, assignment; member
-metadata only in Stable) of each group. A group that does not exist is described as "Dead"
-with no error (versions before 6 do so in Kafka). v3+: authorized_operations when asked
+metadata only in Stable) of each classic group. A group that does not exist - or is a
+consumer group (KIP-848), which Kafka does not describe here - is "Dead": with no error
+before v6, with GROUP_ID_NOT_FOUND and a message from v6 (KIP-1043). v3+: authorized_operations when asked
 (without an authorizer: READ, DELETE and DESCRIBE). v4+: group_instance_id of members.
 """
 
@@ -31,8 +32,8 @@ async def handle(ctx, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
         if error:
             groups.append(_group_error(group_id, error))
             continue
-        described = gc.describe_group(group_id)
-        if include_operations:
+        described = gc.describe_group(group_id, ctx.api_version)
+        if include_operations and not described.error_code:
             described.authorized_operations = authorized_operations(
                 ctx, ResourceType.GROUP, group_id, GROUP_AUTHORIZED_OPERATIONS)
         groups.append(described)

@@ -1,8 +1,8 @@
 """ListGroups (key 16), v0-5.
 
 Every group this broker coordinates, with its protocol type. v4+: group_state and a states
-filter (case-insensitive: "Stable", "empty", ...). v5+: group_type ("classic") and a types
-filter. COORDINATOR_LOAD_IN_PROGRESS while ``__consumer_offsets`` is still being loaded.
+filter (case-insensitive: "Stable", "empty", ...). v5+: group_type ("classic", or
+"consumer" for KIP-848 groups, whose protocol type is "consumer") and a types filter. COORDINATOR_LOAD_IN_PROGRESS while ``__consumer_offsets`` is still being loaded.
 """
 
 from __future__ import annotations

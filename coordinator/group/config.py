@@ -2,7 +2,10 @@
 
 Built from the broker's ``group.*`` / ``offset(s).*`` properties by ``from_broker_config``;
 settings the broker does not expose keep Kafka's defaults (the 5-minute join timeout for new
-members, offsets.topic.segment.bytes).
+members, offsets.topic.segment.bytes). Consumer groups (KIP-848) read
+``group.consumer.session.timeout.ms`` (45 s), ``group.consumer.heartbeat.interval.ms`` (5 s),
+``group.consumer.max.size`` and ``group.consumer.assignors`` (uniform, range; the first is
+the default) when the broker config has them.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 INT32_MAX = 2**31 - 1
+CONSUMER_SESSION_TIMEOUT_MS = 45000
+CONSUMER_HEARTBEAT_INTERVAL_MS = 5000
+CONSUMER_ASSIGNORS = ("uniform", "range")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +30,10 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_topic_num_partitions: int = 50
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    consumer_session_timeout_ms: int = CONSUMER_SESSION_TIMEOUT_MS
+    consumer_heartbeat_interval_ms: int = CONSUMER_HEARTBEAT_INTERVAL_MS
+    consumer_max_size: int = INT32_MAX
+    consumer_assignors: tuple[str, ...] = CONSUMER_ASSIGNORS
 
     @classmethod
     def from_broker_config(cls, config) -> GroupConfig:
@@ -37,4 +47,27 @@ class GroupConfig:
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
             offsets_topic_num_partitions=config.offsets_topic_num_partitions,
             offsets_topic_segment_bytes=config.offsets_topic_segment_bytes,
+            consumer_session_timeout_ms=getattr(
+                config, "group_consumer_session_timeout_ms", CONSUMER_SESSION_TIMEOUT_MS),
+            consumer_heartbeat_interval_ms=getattr(
+                config, "group_consumer_heartbeat_interval_ms", CONSUMER_HEARTBEAT_INTERVAL_MS),
+            consumer_max_size=getattr(config, "group_consumer_max_size", INT32_MAX),
+            consumer_assignors=_assignors(getattr(config, "group_consumer_assignors", None)),
         )
+
+
+def _assignors(value) -> tuple[str, ...]:
+    """``group.consumer.assignors``: a list or a comma-separated string; names as Kafka's
+    (``uniform``, ``range``, or their class names)."""
+    if not value:
+        return CONSUMER_ASSIGNORS
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = []
+    for item in items:
+        name = item.strip()
+        short = name.rsplit(".", 1)[-1].lower()
+        if short in ("uniformassignor", "rangeassignor"):
+            name = short.removesuffix("assignor")
+        if name:
+            names.append(name)
+    return tuple(names) or CONSUMER_ASSIGNORS

@@ -160,8 +160,15 @@ class GroupCoordinator:
             from semel.coordinator.group.shard import GroupCoordinatorShard
 
             self.shard = GroupCoordinatorShard(self.config, self.clock, self.timer,
-                                               self.num_partitions)
+                                               self.num_partitions, self._topic_metadata)
         return self.shard
+
+    def _topic_metadata(self) -> dict:
+        """Every topic now: name -> TopicMetadata (consumer groups' subscriptions)."""
+        from semel.coordinator.group.consumer_group import TopicMetadata
+
+        return {name: TopicMetadata(info.topic_id, name, info.num_partitions)
+                for name, info in self.log_manager.topics.items()}
 
     def _cleanup_group_metadata(self) -> None:
         """The first offsets retention check of a coordinator that started without
@@ -238,6 +245,16 @@ class GroupCoordinator:
     def leave_group(self, info: RequestInfo, req):
         return self._call(self._state().group_manager.leave_group, info, req)
 
+    async def consumer_group_heartbeat(self, info: RequestInfo, req):
+        """ConsumerGroupHeartbeat (KIP-848): the response once its records are durable."""
+        fut, respond = self._future()
+        self._call(self._state().consumer_manager.heartbeat, info.client_id, info.client_host,
+                   info.api_version, req, respond)
+        return await fut
+
+    def consumer_group_describe(self, group_id: str, include_operations: bool):
+        return self._state().consumer_manager.describe(group_id, include_operations)
+
     async def commit_offsets(self, info: RequestInfo, req):
         """Per-topic results (OffsetCommitResponseTopic) once the commit is durable."""
         fut, respond = self._future()
@@ -266,10 +283,24 @@ class GroupCoordinator:
         return await fut
 
     def list_groups(self, states_filter: list[str], types_filter: list[str]):
-        return self._state().group_manager.list_groups(states_filter, types_filter)
+        shard = self._state()
+        return shard.group_manager.list_groups(states_filter, types_filter) + \
+            shard.consumer_manager.list_groups({s.strip().lower() for s in states_filter},
+                                               {t.strip().lower() for t in types_filter})
 
-    def describe_group(self, group_id: str):
-        return self._state().group_manager.describe_group(group_id)
+    def describe_group(self, group_id: str, api_version: int = 5):
+        """DescribeGroups of one group. A consumer group is not a classic group: Kafka answers
+        GROUP_ID_NOT_FOUND in v6+ (Dead without an error before)."""
+        shard = self._state()
+        if group_id in shard.consumer_manager.groups:
+            from semel.protocol.messages.describe_groups_response import DescribedGroup
+
+            if api_version >= 6:
+                return DescribedGroup(group_id=group_id, group_state="Dead",
+                                      error_code=Error.GROUP_ID_NOT_FOUND,
+                                      error_message=f"Group {group_id} is not a classic group.")
+            return DescribedGroup(group_id=group_id, group_state="Dead")
+        return shard.group_manager.describe_group(group_id, api_version)
 
     async def delete_groups(self, group_ids: list[str]):
         fut, respond = self._future()

@@ -113,8 +113,16 @@ class GroupMetadataManager:
         self.timer = timer
         self.write = write
         self.groups: dict[str, ClassicGroup] = {}
+        # consumer groups (KIP-848) share the group id namespace: ConsumerGroupManager.groups
+        self.consumer_groups: dict = {}
 
     # -- lookup -------------------------------------------------------------------------
+
+    def find(self, group_id: str):
+        """The group of either kind (a ConsumerGroup or a ClassicGroup), or None: what the
+        offset manager validates commits and fetches against."""
+        group = self.consumer_groups.get(group_id)
+        return group if group is not None else self.groups.get(group_id)
 
     def group(self, group_id: str) -> ClassicGroup:
         group = self.groups.get(group_id)
@@ -148,6 +156,11 @@ class GroupMetadataManager:
             return
         member_id = req.member_id
         is_unknown = member_id == UNKNOWN_MEMBER_ID
+        if req.group_id in self.consumer_groups:
+            # a consumer group (KIP-848); classic members joining it is the migration path,
+            # which this coordinator does not offer
+            respond(_join_error(member_id, Error.INCONSISTENT_GROUP_PROTOCOL))
+            return
         group = self.groups.get(req.group_id)
         if group is None:
             if not is_unknown:
@@ -705,9 +718,13 @@ class GroupMetadataManager:
                                       str(group.state), GROUP_TYPE))
         return listed
 
-    def describe_group(self, group_id: str) -> DescribedGroup:
+    def describe_group(self, group_id: str, api_version: int = 5) -> DescribedGroup:
         group = self.groups.get(group_id)
         if group is None:
+            if api_version >= 6:  # KIP-1043: an unknown group is an error from v6
+                return DescribedGroup(group_id=group_id, group_state=str(DEAD),
+                                      error_code=Error.GROUP_ID_NOT_FOUND,
+                                      error_message=f"Group {group_id} not found.")
             return DescribedGroup(group_id=group_id, group_state=str(DEAD))
         stable = group.is_in(STABLE)
         members = []

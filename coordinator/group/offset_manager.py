@@ -1,7 +1,9 @@
 """Committed offsets: OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, expiration.
 
 A pure state machine (Kafka's OffsetMetadataManager) over an ``OffsetStore``. A commit
-validates the member and generation against the group (a commit with generation -1 and no
+validates the member and generation (for a consumer group: the member epoch, answering
+STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID as Kafka's ConsumerGroup.validateOffsetCommit) against
+the group (a commit with generation -1 and no
 member id creates a "simple" group when none exists), writes one OffsetCommit record per
 partition and makes the offsets visible once the write is durable (``on_done``).
 Transactional commits are written in a transactional batch of the producer and stay pending
@@ -16,6 +18,7 @@ from collections.abc import Callable
 
 from semel.coordinator.group.classic_group import DEAD, PREPARING_REBALANCE, STABLE
 from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.group.consumer_group import ConsumerGroup
 from semel.coordinator.group.group_manager import (
     GroupMetadataManager,
     RequestInfo,
@@ -86,7 +89,7 @@ class OffsetMetadataManager:
         Errors that concern the whole request are given to every partition, as Kafka's
         OffsetCommitRequest.getErrorResponse does."""
         try:
-            group = self.groups.groups.get(req.group_id)
+            group = self.groups.find(req.group_id)
             if group is None:
                 if req.generation_id_or_member_epoch >= 0:
                     raise KafkaError(Error.GROUP_ID_NOT_FOUND if ctx.api_version >= 9
@@ -94,8 +97,13 @@ class OffsetMetadataManager:
                 log.info("group %s: created as a simple group by an offset commit",
                          req.group_id)
                 group = self.groups.get_or_create_group(req.group_id, True)
-            group.validate_offset_commit(req.member_id, req.group_instance_id,
-                                         req.generation_id_or_member_epoch, False)
+            if isinstance(group, ConsumerGroup):
+                group.validate_offset_commit(req.member_id, req.group_instance_id,
+                                             req.generation_id_or_member_epoch, False,
+                                             ctx.api_version)
+            else:
+                group.validate_offset_commit(req.member_id, req.group_instance_id,
+                                             req.generation_id_or_member_epoch, False)
         except KafkaError as e:
             respond(_commit_error_response(req, e.code))
             return
@@ -152,7 +160,7 @@ class OffsetMetadataManager:
         try:
             if not req.group_id:
                 raise KafkaError(Error.INVALID_GROUP_ID)
-            group = self.groups.groups.get(req.group_id)
+            group = self.groups.find(req.group_id)
             if group is None:
                 if req.generation_id >= 0:
                     raise KafkaError(Error.ILLEGAL_GENERATION)
@@ -160,7 +168,9 @@ class OffsetMetadataManager:
             group.validate_offset_commit(req.member_id, req.group_instance_id,
                                          req.generation_id, True)
         except KafkaError as e:
-            respond(_txn_commit_error_response(req, e.code))
+            # Kafka: a stale member epoch is ILLEGAL_GENERATION to TxnOffsetCommit
+            code = Error.ILLEGAL_GENERATION if e.code == Error.STALE_MEMBER_EPOCH else e.code
+            respond(_txn_commit_error_response(req, code))
             return
         now = self.clock()
         topics: list[TxnOffsetCommitResponseTopic] = []
@@ -212,7 +222,12 @@ class OffsetMetadataManager:
     def fetch_offsets(self, req: OffsetFetchRequestGroup,
                       require_stable: bool) -> OffsetFetchResponseGroup:
         group_id = req.group_id
-        group = self.groups.groups.get(group_id)
+        group = self.groups.find(group_id)
+        if isinstance(group, ConsumerGroup):
+            try:  # Kafka's ConsumerGroup.validateOffsetFetch (v9: member id and epoch)
+                group.validate_offset_fetch(req.member_id, req.member_epoch)
+            except KafkaError as e:
+                return OffsetFetchResponseGroup(group_id=group_id, error_code=e.code)
         known = group is not None and not group.is_in(DEAD)
         store = self.store
         topics: list[OffsetFetchResponseTopics] = []
@@ -248,7 +263,9 @@ class OffsetMetadataManager:
         try:
             if not req.group_id:
                 raise KafkaError(Error.INVALID_GROUP_ID)
-            group = self.groups.group(req.group_id)
+            group = self.groups.find(req.group_id)
+            if group is None:
+                raise KafkaError(Error.GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
             group.validate_offset_delete()
         except KafkaError as e:
             respond(OffsetDeleteResponse(error_code=e.code))
@@ -332,7 +349,9 @@ class OffsetMetadataManager:
         offsets = self.store.group_offsets(group_id)
         if not offsets:
             return group_id not in self.store.open_transactions
-        group = self.groups.group(group_id)
+        group = self.groups.find(group_id)
+        if group is None:
+            return False
         base = group.offset_expiration_base()
         if base is None:
             return False
@@ -368,7 +387,8 @@ class OffsetMetadataManager:
         if value is None:
             self.remove_offset(group_id, key.topic, key.partition)
             return
-        self.groups.get_or_create_group(group_id, True)  # simple group if none
+        if self.groups.find(group_id) is None:
+            self.groups.get_or_create_group(group_id, True)  # simple group if none
         offset = OffsetAndMetadata(
             committed_offset=value.offset, leader_epoch=max(value.leader_epoch, -1),
             metadata=value.metadata, commit_timestamp_ms=value.commit_timestamp,

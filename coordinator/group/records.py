@@ -6,7 +6,8 @@ value (null = tombstone) starts with an int16 value version. Strings are int16-l
 
   key v0/v1  OffsetCommitKey     group string, topic string, partition int32
   key v2     GroupMetadataKey    group string
-  key v3+    records of the consumer/share group protocols: not ours, skipped on load
+  key v3-8   consumer group (KIP-848) records: ``consumer_records``
+  key v9+    records of share and streams groups: not ours, skipped on load
 
   OffsetCommitValue v0-4 (v4 flexible): offset int64, [v3+ leader_epoch int32],
       metadata string, commit_timestamp int64, [v1 only: expire_timestamp int64]
@@ -27,6 +28,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from semel.coordinator.group import consumer_records
+from semel.coordinator.group.consumer_records import ConsumerGroupKey, ConsumerGroupValue
 from semel.protocol.errors import ProtocolError
 from semel.protocol.primitives import (
     decode_guarded,
@@ -100,8 +103,8 @@ class GroupMetadataValue:
     members: list[MemberMetadata] = field(default_factory=list)
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey
-RecordValue = OffsetCommitValue | GroupMetadataValue
+RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
+RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue
 
 
 @dataclass(slots=True)
@@ -113,7 +116,7 @@ class CoordinatorRecord:
 
 
 class UnknownRecordType(ProtocolError):
-    """A key version this coordinator does not handle (consumer/share group records)."""
+    """A key version this coordinator does not handle (share/streams group records)."""
 
     def __init__(self, key_version: int) -> None:
         super().__init__(f"unknown record type (key version {key_version})")
@@ -130,6 +133,8 @@ def encode_key(key: RecordKey) -> bytes:
         write_string(out, key.group)
         write_string(out, key.topic)
         out += _I32.pack(key.partition)
+    elif isinstance(key, ConsumerGroupKey):
+        consumer_records.encode_key(key, out)
     else:
         out += _I16.pack(GROUP_METADATA_KEY_VERSION)
         write_string(out, key.group)
@@ -152,6 +157,8 @@ def _decode_key(buf: memoryview, pos: int) -> RecordKey:
     if version == GROUP_METADATA_KEY_VERSION:
         group, pos = read_string(buf, pos)
         return GroupMetadataKey(group)
+    if version in consumer_records.KEY_VERSIONS:
+        return consumer_records.decode_key(version, buf, pos)
     raise UnknownRecordType(version)
 
 
@@ -164,8 +171,10 @@ def encode_value(value: RecordValue | None) -> bytes | None:
     out = bytearray()
     if isinstance(value, OffsetCommitValue):
         _encode_offset_commit_value(value, out)
-    else:
+    elif isinstance(value, GroupMetadataValue):
         _encode_group_metadata_value(value, out)
+    else:
+        consumer_records.encode_value(value, out)
     return bytes(out)
 
 
@@ -209,6 +218,9 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
         return None
     if isinstance(key, OffsetCommitKey):
         return decode_guarded(_decode_offset_commit_value, data, 0)
+    if isinstance(key, ConsumerGroupKey):
+        return decode_guarded(
+            lambda buf, pos: consumer_records.decode_value(key.record_type, buf, pos), data, 0)
     return decode_guarded(_decode_group_metadata_value, data, 0)
 
 

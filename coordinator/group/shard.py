@@ -1,7 +1,7 @@
 """The group coordinator's state: groups and offsets of every ``__consumer_offsets`` partition.
 
-Pure (Kafka's GroupCoordinatorShard, for all partitions at once): the group and offset
-managers share one clock, one keyed timer and one outbox. Every record the state wants in
+Pure (Kafka's GroupCoordinatorShard, for all partitions at once): the classic group, consumer
+group (KIP-848) and offset managers share one group id namespace, one clock, one keyed timer and one outbox. Every record the state wants in
 ``__consumer_offsets`` is queued in ``writes`` as a ``PendingWrite`` (partition, records,
 producer id/epoch for transactional offset commits, ``on_done(error, base_offset)``); the
 async shell drains the outbox after each call, appends, waits for durability and completes
@@ -18,6 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.group.consumer_group import TopicMetadata
+from semel.coordinator.group.consumer_group_manager import ConsumerGroupManager
+from semel.coordinator.group.consumer_records import ConsumerGroupKey
 from semel.coordinator.group.group_manager import (
     GroupMetadataManager,
     WriteDone,
@@ -64,13 +67,19 @@ class PendingWrite:
 
 class GroupCoordinatorShard:
     def __init__(self, config: GroupConfig, clock: Callable[[], int], timer: Timer,
-                 num_partitions: int | None = None) -> None:
+                 num_partitions: int | None = None,
+                 metadata: Callable[[], dict[str, TopicMetadata]] | None = None) -> None:
+        """``metadata()``: the topics that exist now (name -> id and partition count), which
+        consumer groups subscribe to and assign."""
         self.config = config
         self.clock = clock
         self.timer = timer
         self.num_partitions = num_partitions or config.offsets_topic_num_partitions
         self.writes: list[PendingWrite] = []
         self.group_manager = GroupMetadataManager(config, clock, timer, self._write)
+        self.consumer_manager = ConsumerGroupManager(
+            config, clock, timer, self._write, metadata or dict, self.group_manager.groups)
+        self.group_manager.consumer_groups = self.consumer_manager.groups
         self.offset_manager = OffsetMetadataManager(config, clock, self.group_manager,
                                                     self._write)
 
@@ -90,7 +99,8 @@ class GroupCoordinatorShard:
         return writes
 
     def group_ids_in(self, partition: int) -> list[str]:
-        return [g for g in self.group_manager.groups if self.partition_for(g) == partition]
+        return [g for g in (*self.group_manager.groups, *self.consumer_manager.groups)
+                if self.partition_for(g) == partition]
 
     # -- DeleteGroups -------------------------------------------------------------------
 
@@ -105,16 +115,24 @@ class GroupCoordinatorShard:
         for group_id in group_ids:
             if group_id in results:
                 continue
+            consumer_group = self.consumer_manager.groups.get(group_id)
             try:
-                self.group_manager.validate_delete_group(group_id)
+                if consumer_group is not None:
+                    consumer_group.validate_delete_group()
+                else:
+                    self.group_manager.validate_delete_group(group_id)
             except KafkaError as e:
                 results[group_id] = DeletableGroupResult(group_id, e.code)
                 continue
             records: list[CoordinatorRecord] = []
             deleted = self.offset_manager.delete_all_offsets(group_id, records)
-            records.append(CoordinatorRecord(GroupMetadataKey(group_id), None))
             self.offset_manager.store.delete_group(group_id)
-            self.group_manager.remove_group(group_id)
+            if consumer_group is not None:
+                records.extend(self.consumer_manager.delete_group_records(group_id))
+                self.consumer_manager.remove_group(group_id)
+            else:
+                records.append(CoordinatorRecord(GroupMetadataKey(group_id), None))
+                self.group_manager.remove_group(group_id)
             log.info("group %s deleted with %d offsets", group_id, deleted)
             result = results[group_id] = DeletableGroupResult(group_id, Error.NONE)
             waiting.add(group_id)
@@ -140,11 +158,15 @@ class GroupCoordinatorShard:
         """Expire offsets and drop empty groups without offsets; reschedules itself.
         Returns the number of tombstones written."""
         by_group: dict[str, list[CoordinatorRecord]] = {}
-        for group_id in list(self.group_manager.groups):
+        for group_id in [*self.group_manager.groups, *self.consumer_manager.groups]:
             records: list[CoordinatorRecord] = []
             if self.offset_manager.cleanup_expired_offsets(group_id, records):
-                group = self.group_manager.groups[group_id]
-                if group.is_empty:
+                consumer_group = self.consumer_manager.groups.get(group_id)
+                if consumer_group is not None:
+                    if consumer_group.is_empty:
+                        records.extend(self.consumer_manager.delete_group_records(group_id))
+                        self.consumer_manager.remove_group(group_id)
+                elif self.group_manager.groups[group_id].is_empty:
                     records.append(CoordinatorRecord(GroupMetadataKey(group_id), None))
                     self.group_manager.remove_group(group_id)
             if records:
@@ -165,6 +187,8 @@ class GroupCoordinatorShard:
         if isinstance(record.key, OffsetCommitKey):
             self.offset_manager.replay_offset_commit(record.key, record.value, record_offset,
                                                      producer_id)
+        elif isinstance(record.key, ConsumerGroupKey):
+            self.consumer_manager.replay(record.key, record.value)
         else:
             self.group_manager.replay_group_metadata(record.key, record.value)
 
@@ -175,8 +199,11 @@ class GroupCoordinatorShard:
         self.offset_manager.complete_transaction(producer_id, groups, committed)
 
     def on_loaded(self, partition: int) -> None:
-        self.group_manager.on_loaded(self.group_ids_in(partition))
+        group_ids = self.group_ids_in(partition)
+        self.group_manager.on_loaded([g for g in group_ids if g in self.group_manager.groups])
+        self.consumer_manager.on_loaded(group_ids)
 
     def unload_all(self) -> None:
         self.group_manager.unload(list(self.group_manager.groups))
+        self.consumer_manager.unload()
         self.timer.cancel(CLEANUP_KEY)

@@ -4,8 +4,11 @@ Two sources, both read at generation time and never committed:
 - ``kafka-python`` 3.0.12, which ships Apache Kafka 4.x specs as package resources
   (``kafka/protocol/schemas/resources/*.json``);
 - Java ``kafka-clients`` 3.9.1 (``common/message/*.json`` inside the jar), for the APIs the
-  first source lacks (ConsumerGroupHeartbeat, ConsumerGroupDescribe,
-  GetTelemetrySubscriptions).
+  first source lacks (GetTelemetrySubscriptions);
+- Apache Kafka's sources at a pinned commit (``git show KAFKA_SOURCE_COMMIT:<path>`` in the
+  repository named by ``KAFKA_SOURCE_REPO``), for the KIP-848 APIs at Kafka 4.x's versions
+  (``KAFKA_SOURCE_SPECS``: ConsumerGroupHeartbeat v1 and ConsumerGroupDescribe v1 are newer
+  than kafka-clients 3.9.1's v0).
 
 The spec files are JSON with ``//`` comment lines.
 """
@@ -16,12 +19,25 @@ import importlib.metadata
 import json
 import os
 import re
+import subprocess
 import zipfile
 from pathlib import Path
 
 KAFKA_PYTHON_VERSION = "3.0.12"
 KAFKA_CLIENTS_VERSION = "3.9.1"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# a commit of a repository that follows Apache Kafka trunk (4.2 development; its message specs
+# are Kafka's), on the machine that generated the codecs; KAFKA_SOURCE_REPO names another
+# clone. Without it generation of these messages fails (the freshness test checks the rest).
+KAFKA_SOURCE_COMMIT = "b1fcb5f6f7849e4203af0cfefe6d226175b43af0"
+KAFKA_SOURCE_DEFAULT_REPO = "/work/.mirror/aiven+inkless/repo"
+KAFKA_SOURCE_SPECS = frozenset({
+    "ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse",
+    "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse",
+    # share groups (KIP-932): v1 (Kafka 4.1's stable version) is not in the other sources
+    "ShareFetchRequest", "ShareFetchResponse",
+    "ShareAcknowledgeRequest", "ShareAcknowledgeResponse",
+})
 
 
 class SpecSourceMissing(Exception):
@@ -69,14 +85,33 @@ def kafka_clients_jar() -> Path:
                             "or set KAFKA_CLIENTS_JAR)")
 
 
+def kafka_source_spec(name: str) -> str:
+    """``<name>.json`` of Kafka's sources at ``KAFKA_SOURCE_COMMIT``."""
+    repo = os.environ.get("KAFKA_SOURCE_REPO", KAFKA_SOURCE_DEFAULT_REPO)
+    path = f"clients/src/main/resources/common/message/{name}.json"
+    try:
+        done = subprocess.run(["git", "-C", repo, "show", f"{KAFKA_SOURCE_COMMIT}:{path}"],
+                              capture_output=True, check=False)
+    except OSError as e:
+        raise SpecSourceMissing(f"git unavailable: {e}") from None
+    if done.returncode != 0:
+        raise SpecSourceMissing(f"{path} at {KAFKA_SOURCE_COMMIT} not in {repo} (set "
+                                f"KAFKA_SOURCE_REPO to a clone of Apache Kafka)")
+    return done.stdout.decode()
+
+
 class SpecSource:
-    """Reads ``<Name>.json`` preferring the Kafka 4.x specs, falling back to the jar."""
+    """Reads ``<Name>.json`` preferring the Kafka 4.x specs, falling back to the jar; the
+    KIP-848 specs come from Kafka's sources at the pinned commit."""
 
     def __init__(self) -> None:
         self._dir = kafka_python_dir()
         self._jar = zipfile.ZipFile(kafka_clients_jar())
 
     def load(self, name: str) -> tuple[dict, str]:
+        if name in KAFKA_SOURCE_SPECS:
+            return (parse_spec(kafka_source_spec(name)),
+                    f"Apache Kafka {KAFKA_SOURCE_COMMIT[:12]}")
         path = self._dir / f"{name}.json"
         if path.is_file():
             return parse_spec(path.read_text()), f"kafka-python {KAFKA_PYTHON_VERSION}"

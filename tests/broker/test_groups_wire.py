@@ -106,7 +106,7 @@ def test_find_coordinator_transaction_and_unknown_key_types(wire, shared_broker)
         Error.INVALID_REQUEST, -1, -1)
 
 
-def test_api_versions_advertises_the_classic_group_apis_only(wire):
+def test_api_versions_advertises_the_group_apis(wire):
     response = wire.request(API_VERSIONS, 3, message(
         API_VERSIONS, "request", client_software_name="wire", client_software_version="1"))
     versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
@@ -114,7 +114,7 @@ def test_api_versions_advertises_the_classic_group_apis_only(wire):
     assert versions[FIND_COORDINATOR] == (0, 6)
     assert versions[OFFSET_FETCH] == (1, 9)
     assert versions[OFFSET_DELETE] == (0, 0)
-    assert 68 not in versions  # ConsumerGroupHeartbeat (KIP-848) is not offered
+    assert versions[68] == versions[69] == (0, 1)  # ConsumerGroupHeartbeat/Describe (KIP-848)
 
 
 # -- membership -------------------------------------------------------------------------

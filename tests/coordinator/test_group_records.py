@@ -50,7 +50,7 @@ def test_offset_commit_key_bytes():
 def test_group_metadata_key_bytes_and_unknown_types():
     assert encode_key(GroupMetadataKey("grp")) == b"\x00\x02" + s16("grp")
     with pytest.raises(UnknownRecordType):
-        decode_key(b"\x00\x03" + s16("consumer-group-record"))
+        decode_key(b"\x00\x0a" + s16("share-group-record"))  # ShareGroupMemberMetadataKey
     with pytest.raises(ProtocolError):
         decode_key(b"\x00\x01" + s16("g"))  # truncated
 
