@@ -89,6 +89,14 @@ APIS: tuple[Api, ...] = (
     Api(75, "DescribeTopicPartitions", 0, 0),
 )
 
+# Share groups (KIP-932): codecs are generated for these (v1, what librdkafka 2.16 sends) but
+# they stay out of APIS - not advertised, not dispatched - until share group membership
+# (ShareGroupHeartbeat) exists; coordinator/share/ holds their core.
+SHARE_GROUP_APIS: tuple[Api, ...] = (
+    Api(78, "ShareFetch", 1, 1),
+    Api(79, "ShareAcknowledge", 1, 1),
+)
+
 SUPPORTED: dict[int, tuple[int, int]] = {a.key: (a.min_version, a.max_version) for a in APIS}
 BY_KEY: dict[int, Api] = {a.key: a for a in APIS}
 BY_NAME: dict[str, Api] = {a.name: a for a in APIS}

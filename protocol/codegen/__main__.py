@@ -1,7 +1,8 @@
 """``python -m semel.protocol.codegen [--out DIR]``: regenerate ``protocol/messages/``.
 
 Reads the pinned spec sources (see ``protocol.codegen.specs``) and writes one module per
-request and response listed in ``protocol.api.APIS``, for exactly the versions in that table.
+request and response listed in ``protocol.api.APIS`` (and ``SHARE_GROUP_APIS``, generated
+but not advertised), for exactly the versions in those tables.
 """
 
 from __future__ import annotations
@@ -10,22 +11,31 @@ import argparse
 import sys
 from pathlib import Path
 
-from semel.protocol.api import APIS, snake
+from semel.protocol.api import APIS, SHARE_GROUP_APIS, snake
 from semel.protocol.codegen.generator import Emitter, MessageModel
 from semel.protocol.codegen.specs import REPO_ROOT, SpecSource, SpecSourceMissing
 
 INIT = '"""Generated Kafka message codecs (``python -m semel.protocol.codegen``). Do not edit."""\n'
 
 
-def generate_all(out_dir: Path) -> list[Path]:
+def generate_all(out_dir: Path, unavailable: list[str] | None = None) -> list[Path]:
+    """Write every module; the paths written. With ``unavailable`` (a list), a message whose
+    spec source is missing (the Kafka sources, on a machine without them) is skipped and its
+    name appended there instead of failing the whole run."""
     source = SpecSource()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "__init__.py"]
     written[0].write_text(INIT)
-    for api in APIS:
+    for api in (*APIS, *SHARE_GROUP_APIS):
         versions = list(range(api.min_version, api.max_version + 1))
         for kind in ("request", "response"):
-            spec, origin = source.load(f"{api.name}{kind.capitalize()}")
+            try:
+                spec, origin = source.load(f"{api.name}{kind.capitalize()}")
+            except SpecSourceMissing:
+                if unavailable is None:
+                    raise
+                unavailable.append(f"{snake(api.name)}_{kind}.py")
+                continue
             model = MessageModel(spec)
             missing = [v for v in versions if v not in model.valid]
             if missing:
