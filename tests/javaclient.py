@@ -141,15 +141,19 @@ def compile_client() -> Path:
         return _classes_dir
 
 
+def program_command(source: Path, main_class: str, *args: object) -> list[str]:
+    """The command line that runs another program of tests/java/ (for subprocess.Popen)."""
+    with _compile_lock:
+        classes = compile_program(source, main_class)
+    return ["java", *JVM_OPTIONS, "-cp", _classpath(classes), main_class, *map(str, args)]
+
+
 def run_program(source: Path, main_class: str, *args: object,
                 timeout: float = 120.0) -> list[dict[str, Any]]:
     """Compile and run another small Java program of tests/java/ (one that prints one JSON
     object per line); the objects it printed. A non-zero exit fails the calling test."""
-    with _compile_lock:
-        classes = compile_program(source, main_class)
-    done = subprocess.run(
-        ["java", *JVM_OPTIONS, "-cp", _classpath(classes), main_class, *map(str, args)],
-        check=False, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(program_command(source, main_class, *args),
+                          check=False, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         pytest.fail(f"{main_class} {' '.join(map(str, args))} exited "
                     f"{done.returncode}:\n{done.stderr[-3000:]}", pytrace=False)

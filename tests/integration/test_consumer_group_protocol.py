@@ -9,7 +9,10 @@
   with the consumer's group metadata: member id and member epoch) is exactly-once, with
   aborts.
 - Java kafka-clients 3.9.1 (the protocol is a preview there; ConsumerGroupHeartbeat v0,
-  member ids given by the coordinator): the exactly-once copier with a KIP-848 consumer.
+  member ids given by the coordinator; a Pattern subscription is resolved by the client,
+  which sends topic names): two members, a third joins, one leaves, every record once with
+  exact committed offsets; a pattern member picks up a topic created later; the exactly-once
+  copier with a KIP-848 consumer (tests/java/Kip848Members.java drives the members).
 - the group's state survives a broker restart (ConsumerGroupDescribe before and after).
 
 The broker hands members a 300 ms heartbeat interval so that reconciliation takes a few
@@ -18,17 +21,22 @@ hundred milliseconds instead of Kafka's 5 s.
 
 from __future__ import annotations
 
+import json
 import random
 import re
+import subprocess
+import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from semel.broker.testing import BrokerThread
-from tests.javaclient import require_java, run_java
+from tests.javaclient import program_command, require_java, run_java
 from tests.kafka_wire import KafkaWire, make_topic
 
+JAVA_MEMBERS = Path(__file__).resolve().parents[1] / "java" / "Kip848Members.java"
 PARTITIONS = 6
 PER_PARTITION = 20
 TIMEOUT_S = 60
@@ -161,6 +169,87 @@ def test_confluent_members_join_and_leave(shared_broker, topic, members):
     assert group.assignment_sizes == [even, {2: [6], 3: [3, 3]}[members], even]
     assert committed_offsets(bootstrap, topic + "-group", topic) == {
         p: 3 * PER_PARTITION for p in range(PARTITIONS)}
+
+
+class JavaGroup:
+    """Java 3.9.1 members of one KIP-848 group in one JVM (Kip848Members), one command at a
+    time over its stdin; each answers one JSON line."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        require_java()
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by close()
+        self.proc = subprocess.Popen(program_command(JAVA_MEMBERS, "Kip848Members", bootstrap,
+                                                     group),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True)
+
+    def send(self, command: str) -> dict:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        self.proc.wait(10)
+        self.stderr.seek(0)
+        raise AssertionError(f"Kip848Members ended at {command!r}: {self.stderr.read()[-3000:]}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.send("quit")
+            self.proc.wait(30)
+        self.stderr.close()
+
+
+def test_java_members_join_and_leave(shared_broker, topic):
+    bootstrap = shared_broker.bootstrap
+    java = JavaGroup(bootstrap, topic + "-group")
+    produced: list[bytes] = []
+    sizes = []
+    try:
+        java.send(f"add {topic}")
+        java.send(f"add {topic}")
+        sizes.append(java.send(f"settle {PARTITIONS}")["sizes"])
+        produced += produce(bootstrap, topic, 1)
+        assert java.send(f"consume {len(produced)}") == {"consumed": len(produced)}
+
+        java.send(f"add {topic}")  # a member joins
+        sizes.append(java.send(f"settle {PARTITIONS}")["sizes"])
+        produced += produce(bootstrap, topic, 2)
+        assert java.send(f"consume {len(produced)}") == {"consumed": len(produced)}
+
+        java.send("remove")  # a member leaves: the others take over its partitions
+        sizes.append(java.send(f"settle {PARTITIONS}")["sizes"])
+        produced += produce(bootstrap, topic, 3)
+        assert java.send(f"consume {len(produced)}") == {"consumed": len(produced)}
+        consumed = [v.encode() for v in java.send("values")["values"]]
+    finally:
+        java.close()
+    assert Counter(consumed) == Counter(produced)  # exactly once
+    assert sizes == [[3, 3], [2, 2, 2], [3, 3]]
+    assert committed_offsets(bootstrap, topic + "-group", topic) == {
+        p: 3 * PER_PARTITION for p in range(PARTITIONS)}
+
+
+def test_java_pattern_subscription_picks_up_new_topic(shared_broker):
+    bootstrap = shared_broker.bootstrap
+    make_topic(shared_broker, "kip848jrx_a", 2)
+    make_topic(shared_broker, "other848jrx", 2)  # does not match
+    expected = produce(bootstrap, "kip848jrx_a", 1, partitions=2)
+    produce(bootstrap, "other848jrx", 1, partitions=2)
+    java = JavaGroup(bootstrap, "kip848jrx-group")
+    try:
+        java.send("add-pattern kip848jrx_.*")
+        assert java.send(f"consume {len(expected)}") == {"consumed": len(expected)}
+        make_topic(shared_broker, "kip848jrx_b", 3)  # created after the member joined
+        expected += produce(bootstrap, "kip848jrx_b", 2, partitions=3)
+        assert java.send(f"consume {len(expected)}") == {"consumed": len(expected)}
+        assigned = java.send("assigned")["assigned"]
+        consumed = [v.encode() for v in java.send("values")["values"]]
+    finally:
+        java.close()
+    assert Counter(consumed) == Counter(expected)
+    assert assigned == ["kip848jrx_a-0", "kip848jrx_a-1", "kip848jrx_b-0", "kip848jrx_b-1",
+                        "kip848jrx_b-2"]
 
 
 def test_confluent_regex_subscription_picks_up_new_topic(shared_broker):
