@@ -28,6 +28,8 @@ from semel.broker.security.endpoint import ListenerEndpoint
 from semel.coordinator.group import GroupConfig, GroupCoordinator
 from semel.coordinator.producer_id import ProducerIdManager
 from semel.coordinator.producer_principal import ProducerPrincipals
+from semel.coordinator.share.config import ShareGroupSettings
+from semel.coordinator.share.manager import SharePartitionManager
 from semel.coordinator.transaction import LogMarkerWriter, TransactionCoordinator, TxnConfig
 from semel.storage.config import LogConfig
 from semel.storage.log_manager import LogManager
@@ -121,6 +123,12 @@ class Broker:
         # group coordinator (consumer groups, committed offsets in __consumer_offsets)
         self.group_coordinator = GroupCoordinator(
             self.log_manager, GroupConfig.from_broker_config(config), clock=clock)
+        # share groups (KIP-932): share-partitions (state in __share_group_state), share
+        # sessions, membership (in memory; group ids shared with the group coordinator's)
+        self.share_manager = SharePartitionManager(
+            self.log_manager, clock=clock, group_settings=lambda group_id:
+            ShareGroupSettings.from_configs(self.dynamic_configs.group_overrides(group_id)))
+        self._share_membership = None  # made on first use: see share_membership
         # transaction coordinator (transactional ids in __transaction_state); markers go
         # to the partition logs, those of __consumer_offsets through the group coordinator
         self.txn_coordinator = TransactionCoordinator(
@@ -162,6 +170,7 @@ class Broker:
         if self.producer_principals is not None:
             self.producer_principals.load()  # as does a damaged producer principal file
         await self.group_coordinator.start()
+        await self.share_manager.start()
         await self.txn_coordinator.start()
         if self.config.authorizer_enabled:  # its modules load only when it is configured
             from semel.broker.security.authorizer import Authorizer
@@ -187,6 +196,7 @@ class Broker:
             for server in self._servers:
                 server.close()
             await self.txn_coordinator.stop()
+            await self.share_manager.stop()
             await self.group_coordinator.stop()
             await self.log_manager.close()
             raise OSError(e.errno, f"cannot listen on {endpoint.host}:{endpoint.port} "
@@ -220,6 +230,10 @@ class Broker:
             task.cancel()
         # transactions being completed may still need the group coordinator (markers)
         await self.txn_coordinator.stop(grace_s)
+        if self._share_membership is not None:
+            await self._share_membership.stop()
+            self._share_membership = None
+        await self.share_manager.stop()
         # parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) before waiting
         await self.group_coordinator.stop()
         in_flight = [t for c in self.connections for t in c.tasks]
@@ -236,6 +250,32 @@ class Broker:
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
+
+    @property
+    def share_membership(self):
+        """Share group membership (ShareGroupHeartbeat) over the share sessions
+        (``share_service``), made on first use - on the event loop, by a share group
+        request - so the share codecs load then rather than at broker start (issue 18)."""
+        if self._share_membership is None:
+            from semel.coordinator.share.membership import ShareGroupMembership
+            from semel.coordinator.share.service import ShareService
+
+            self._share_membership = ShareGroupMembership(
+                ShareService(self.share_manager), self.log_manager, clock=self.clock,
+                other_group=self._other_group)
+            self._share_membership.start()
+        return self._share_membership
+
+    @property
+    def share_service(self):
+        """ShareFetch / ShareAcknowledge: share sessions over ``share_manager``."""
+        return self.share_membership.service
+
+    def _other_group(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a classic or consumer group (not a share group)."""
+        shard = self.group_coordinator.shard
+        return shard is not None and (group_id in shard.group_manager.groups
+                                      or group_id in shard.consumer_manager.groups)
 
     async def expire_producer_principals(self) -> int:
         """Forget the principals of idempotent producer ids issued longer than
@@ -259,6 +299,9 @@ class Broker:
         jobs on their own schedule; a test that moved the clock (semel.broker.testing's
         virtual time) calls this so their effects follow at once."""
         self.group_coordinator.fire_due_timers()
+        if self._share_membership is not None:
+            await self._share_membership.expire_members()
+        await self.share_manager.expire_locks()
         await self.txn_coordinator.abort_timed_out_transactions()
         await self.txn_coordinator.wait_completions()
         await self.txn_coordinator.remove_expired_transactional_ids()

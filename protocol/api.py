@@ -87,15 +87,15 @@ APIS: tuple[Api, ...] = (
     Api(71, "GetTelemetrySubscriptions", 0, 0),
     Api(74, "ListClientMetricsResources", 0, 0),
     Api(75, "DescribeTopicPartitions", 0, 0),
-)
-
-# Share groups (KIP-932): codecs are generated for these (v1, what librdkafka 2.16 sends) but
-# they stay out of APIS - not advertised, not dispatched - until share group membership
-# (ShareGroupHeartbeat) exists; coordinator/share/ holds their core.
-SHARE_GROUP_APIS: tuple[Api, ...] = (
+    # share groups (KIP-932), v1: what librdkafka 2.16 and Kafka 4.1 speak
+    Api(76, "ShareGroupHeartbeat", 1, 1),
+    Api(77, "ShareGroupDescribe", 1, 1),
     Api(78, "ShareFetch", 1, 1),
     Api(79, "ShareAcknowledge", 1, 1),
 )
+
+# The share group APIs (in APIS above), for the code that treats them as a set.
+SHARE_GROUP_APIS: tuple[Api, ...] = tuple(a for a in APIS if 76 <= a.key <= 79)
 
 SUPPORTED: dict[int, tuple[int, int]] = {a.key: (a.min_version, a.max_version) for a in APIS}
 BY_KEY: dict[int, Api] = {a.key: a for a in APIS}

@@ -137,27 +137,8 @@ class ShareService:
             self.sessions.remove(group_id, member_id)
             await self.manager.release_member(group_id, member_id)
         else:
-            records_left, bytes_left = req.max_records, req.max_bytes
-            for key in session.partitions:
-                if records_left <= 0 or bytes_left <= 0:
-                    break
-                if self.manager.log_manager.topic_by_id(key[0]) is None:
-                    result(key).error_code = int(Error.UNKNOWN_TOPIC_ID)
-                    continue
-                got = await self.manager.acquire(group_id, member_id, key[0], key[1],
-                                                 records_left, bytes_left)
-                if got.error:
-                    result(key).error_code = int(got.error)
-                    continue
-                if not got.acquired:
-                    continue
-                data = result(key)
-                data.records = got.records
-                data.acquired_records = [
-                    fetch_resp.AcquiredRecords(r.first_offset, r.last_offset, r.delivery_count)
-                    for r in got.acquired]
-                records_left -= sum(r.last_offset - r.first_offset + 1 for r in got.acquired)
-                bytes_left -= len(got.records)
+            await self._acquire(group_id, member_id, session, req.max_records, req.max_bytes,
+                                result)
         by_topic: dict[UUID, list[fetch_resp.PartitionData]] = {}
         for (topic_id, _partition), data in results.items():
             by_topic.setdefault(topic_id, []).append(data)
@@ -165,6 +146,49 @@ class ShareService:
             acquisition_lock_timeout_ms=self.lock_timeout_ms(group_id),
             responses=[fetch_resp.ShareFetchableTopicResponse(topic_id, partitions)
                        for topic_id, partitions in by_topic.items()])
+
+    async def acquire_more(self, group_id: str, member_id: str, max_records: int,
+                           max_bytes: int) -> dict[tuple[UUID, int], fetch_resp.PartitionData]:
+        """Acquire again for an open session, its epoch unchanged: the second look of a
+        ShareFetch that found nothing and waited (the handler's long poll)."""
+        session = self.sessions.get(group_id, member_id)
+        results: dict[tuple[UUID, int], fetch_resp.PartitionData] = {}
+        if session is None:
+            return results
+
+        def result(key: tuple[UUID, int]) -> fetch_resp.PartitionData:
+            data = results.get(key)
+            if data is None:
+                data = results[key] = fetch_resp.PartitionData(partition_index=key[1])
+            return data
+
+        await self._acquire(group_id, member_id, session, max_records, max_bytes, result)
+        return results
+
+    async def _acquire(self, group_id: str, member_id: str, session: ShareSession,
+                       records_left: int, bytes_left: int, result) -> None:
+        """Acquire for the member over the session's partitions, in order, within the
+        request's MaxRecords / MaxBytes; ``result(key)`` gives a partition's answer."""
+        for key in list(session.partitions):
+            if records_left <= 0 or bytes_left <= 0:
+                break
+            if self.manager.log_manager.topic_by_id(key[0]) is None:
+                result(key).error_code = int(Error.UNKNOWN_TOPIC_ID)
+                continue
+            got = await self.manager.acquire(group_id, member_id, key[0], key[1],
+                                             records_left, bytes_left)
+            if got.error:
+                result(key).error_code = int(got.error)
+                continue
+            if not got.acquired:
+                continue
+            data = result(key)
+            data.records = got.records
+            data.acquired_records = [
+                fetch_resp.AcquiredRecords(r.first_offset, r.last_offset, r.delivery_count)
+                for r in got.acquired]
+            records_left -= sum(r.last_offset - r.first_offset + 1 for r in got.acquired)
+            bytes_left -= len(got.records)
 
     # -- ShareAcknowledge ---------------------------------------------------------------
 

@@ -1,8 +1,7 @@
 """``python -m semel.protocol.codegen [--out DIR]``: regenerate ``protocol/messages/``.
 
 Reads the pinned spec sources (see ``protocol.codegen.specs``) and writes one module per
-request and response listed in ``protocol.api.APIS`` (and ``SHARE_GROUP_APIS``, generated
-but not advertised), for exactly the versions in those tables.
+request and response listed in ``protocol.api.APIS``, for exactly the versions in that table.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from semel.protocol.api import APIS, SHARE_GROUP_APIS, snake
+from semel.protocol.api import APIS, snake
 from semel.protocol.codegen.generator import Emitter, MessageModel
 from semel.protocol.codegen.specs import REPO_ROOT, SpecSource, SpecSourceMissing
 
@@ -26,7 +25,7 @@ def generate_all(out_dir: Path, unavailable: list[str] | None = None) -> list[Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "__init__.py"]
     written[0].write_text(INIT)
-    for api in (*APIS, *SHARE_GROUP_APIS):
+    for api in APIS:
         versions = list(range(api.min_version, api.max_version + 1))
         for kind in ("request", "response"):
             try:

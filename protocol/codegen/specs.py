@@ -37,6 +37,8 @@ KAFKA_SOURCE_SPECS = frozenset({
     # share groups (KIP-932): v1 (Kafka 4.1's stable version) is not in the other sources
     "ShareFetchRequest", "ShareFetchResponse",
     "ShareAcknowledgeRequest", "ShareAcknowledgeResponse",
+    "ShareGroupHeartbeatRequest", "ShareGroupHeartbeatResponse",
+    "ShareGroupDescribeRequest", "ShareGroupDescribeResponse",
 })
 
 

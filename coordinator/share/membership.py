@@ -1,0 +1,316 @@
+"""Share group membership (KIP-932): ShareGroupHeartbeat (key 76) and ShareGroupDescribe
+(key 77), v1, as Kafka's GroupMetadataManager runs them for share groups.
+
+- A member joins with epoch 0 and the topics it subscribes to (required then); it keeps
+  heartbeating with the epoch it was given, and leaves with -1. The member id is the
+  client's own (v1). A join, a leave, an expired member, a changed subscription or a change
+  in the subscribed topics (created, deleted, more partitions) bumps the group epoch, and
+  the target assignment is computed again for that epoch (the assignment epoch).
+- Share groups have no revocation: a member whose epoch is behind the assignment epoch is
+  moved to it, with its new partitions, on its next heartbeat (its previous epoch is still
+  accepted, as Kafka does when a response was lost). A larger epoch, or a smaller one that
+  is not the previous, is FENCED_MEMBER_EPOCH; an unknown member with a non-zero epoch is
+  UNKNOWN_MEMBER_ID; a new member of a group at ``group.share.max.size`` members is
+  GROUP_MAX_SIZE_REACHED. Epoch 0 from a member that is known is a rejoin (the client lost
+  its state): it is answered with its full assignment at the current epoch.
+- Kafka's simple assignor: for each subscribed topic, its P partitions are shared by its M
+  subscribers so that every partition has ceil(M / P) members (every member gets every
+  partition of a single-partition topic) and the members' counts differ by at most one.
+  Members are taken in member id order; unlike Kafka's builder this one is not sticky: a
+  change of members may move partitions that did not need to move (a share group's records
+  are acquired per fetch, so nothing is lost by a move).
+- A member whose heartbeats stop for ``group.share.session.timeout.ms`` is removed; a
+  member that leaves or is removed has its share session dropped and its acquired records
+  released (``ShareService.member_left``).
+- The answer carries the assignment (topic ids and partitions) when the member joined, sent
+  a full request (subscribed topics set) or its assignment changed; else it is null.
+- Group ids are one namespace: a heartbeat for a group that is a classic or consumer group
+  (``other_group``) is GROUP_ID_NOT_FOUND "Group ... is not a share group.", as in Kafka.
+
+Membership is kept in memory only (Kafka persists it as ShareGroupMetadata /
+ShareGroupMemberMetadata records in ``__consumer_offsets``): after a broker restart every
+member is unknown, gets UNKNOWN_MEMBER_ID and rejoins with epoch 0, which is what Kafka's
+share consumers do. So a heartbeat with a non-zero epoch for a share group not known here is
+UNKNOWN_MEMBER_ID (as if the group had been kept, empty) rather than Kafka's
+GROUP_ID_NOT_FOUND, which librdkafka treats as fatal. What the members acknowledged lives in ``__share_group_state``, which
+is durable. Time is the injectable ``clock``; ``expire_members`` (run by a background task
+every ``check_interval_ms`` and before every heartbeat) removes expired members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from semel.coordinator.share.service import ShareService
+from semel.protocol.errors import Error
+from semel.protocol.messages import share_group_describe_response as describe_resp
+from semel.protocol.messages import share_group_heartbeat_response as hb_resp
+
+log = logging.getLogger("coordinator.share")
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+ASSIGNOR_NAME = "simple"
+
+Assignment = dict[UUID, list[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMembershipConfig:
+    session_timeout_ms: int = 45_000  # group.share.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.share.heartbeat.interval.ms
+    max_size: int = 200  # group.share.max.size
+
+    def __post_init__(self) -> None:
+        for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+
+
+@dataclass(slots=True)
+class ShareGroupMember:
+    member_id: str
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    client_id: str = ""
+    client_host: str = ""
+    rack_id: str | None = None
+    subscribed: tuple[str, ...] = ()
+    assignment: Assignment = field(default_factory=dict)
+    deadline_ms: int = 0
+
+
+@dataclass(slots=True)
+class ShareGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ShareGroupMember] = field(default_factory=dict)
+    target: dict[str, Assignment] = field(default_factory=dict)
+    # the subscribed topics as the last epoch saw them: name -> (topic id, partitions)
+    topics: dict[str, tuple[UUID, int]] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        return "Stable" if self.members else "Empty"
+
+
+def simple_assignment(members: dict[str, tuple[str, ...]],
+                      topics: dict[str, tuple[UUID, int]]) -> dict[str, Assignment]:
+    """Kafka's simple share assignor: member id -> topic id -> partitions. ``members`` maps
+    each member to its subscribed topic names, ``topics`` the existing ones to (id, count)."""
+    result: dict[str, Assignment] = {member_id: {} for member_id in members}
+    for name in sorted(topics):
+        topic_id, count = topics[name]
+        subscribers = sorted(m for m, subscribed in members.items() if name in subscribed)
+        if not subscribers or count <= 0:
+            continue
+        sharing = -(-len(subscribers) // count)  # ceil(M / P)
+        slot = 0
+        for partition in range(count):
+            for _ in range(min(sharing, len(subscribers))):
+                member = subscribers[slot % len(subscribers)]
+                result[member].setdefault(topic_id, []).append(partition)
+                slot += 1
+    for assignment in result.values():
+        for partitions in assignment.values():
+            partitions.sort()
+    return result
+
+
+class ShareGroupMembership:
+    def __init__(self, service: ShareService, log_manager, *, clock: Callable[[], int],
+                 config: ShareMembershipConfig | None = None,
+                 other_group: Callable[[str], bool] = lambda _group_id: False,
+                 check_interval_ms: int = 1000) -> None:
+        self.service = service
+        self.log_manager = log_manager
+        self.clock = clock
+        self.config = config or ShareMembershipConfig()
+        self.other_group = other_group
+        self.check_interval_ms = check_interval_ms
+        self.groups: dict[str, ShareGroup] = {}
+        self._task: asyncio.Task | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the expiry task (on the running loop)."""
+        self._task = asyncio.get_running_loop().create_task(
+            self._expiry_loop(), name="semel-share-member-expiry")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval_ms / 1000)
+            try:
+                await self.expire_members()
+            except Exception:
+                log.exception("share group member expiry failed")
+
+    async def expire_members(self) -> int:
+        """Remove the members whose session timed out; how many."""
+        now = self.clock()
+        expired = [(group, member_id) for group in self.groups.values()
+                   for member_id, member in group.members.items() if member.deadline_ms <= now]
+        for group, member_id in expired:
+            log.info("share group %s: member %s expired", group.group_id, member_id)
+            await self._remove(group, member_id)
+        return len(expired)
+
+    # -- ShareGroupHeartbeat ------------------------------------------------------------
+
+    async def heartbeat(self, client_id: str, client_host: str,
+                        req) -> hb_resp.ShareGroupHeartbeatResponse:
+        error = _invalid(req)
+        if error is not None:
+            return _hb_error(Error.INVALID_REQUEST, error)
+        await self.expire_members()
+        group_id, member_id, epoch = req.group_id, req.member_id, req.member_epoch
+        if self.other_group(group_id):
+            return _hb_error(Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        group = self.groups.get(group_id)
+        if epoch == LEAVE_EPOCH:
+            if group is None or member_id not in group.members:
+                return _hb_error(Error.UNKNOWN_MEMBER_ID,
+                                 f"Member {member_id} is not a member of group {group_id}.")
+            await self._remove(group, member_id)
+            return hb_resp.ShareGroupHeartbeatResponse(
+                member_id=member_id, member_epoch=LEAVE_EPOCH,
+                heartbeat_interval_ms=self.config.heartbeat_interval_ms)
+        if group is None:
+            if epoch != JOIN_EPOCH:  # see the module docstring: not GROUP_ID_NOT_FOUND
+                return _hb_error(Error.UNKNOWN_MEMBER_ID,
+                                 f"Member {member_id} is not a member of group {group_id}.")
+            group = self.groups[group_id] = ShareGroup(group_id)
+        member = group.members.get(member_id)
+        if member is None:
+            if len(group.members) >= self.config.max_size:
+                return _hb_error(Error.GROUP_MAX_SIZE_REACHED,
+                                 "The share group has reached its maximum capacity of "
+                                 f"{self.config.max_size} members.")
+            if epoch != JOIN_EPOCH:
+                return _hb_error(Error.UNKNOWN_MEMBER_ID,
+                                 f"Member {member_id} is not a member of group {group_id}.")
+            member = group.members[member_id] = ShareGroupMember(member_id)
+            joined = True
+        elif epoch != JOIN_EPOCH and epoch not in (member.member_epoch,
+                                                   member.previous_member_epoch):
+            return _hb_error(Error.FENCED_MEMBER_EPOCH,
+                             f"The share group member's epoch ({epoch}) is not the one known "
+                             f"by the group coordinator ({member.member_epoch}). The member "
+                             "must abandon all its partitions and rejoin.")
+        else:
+            joined = False
+        member.client_id, member.client_host = client_id, client_host
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
+        bump = joined
+        if req.subscribed_topic_names is not None:
+            subscribed = tuple(sorted(set(req.subscribed_topic_names)))
+            if subscribed != member.subscribed:
+                member.subscribed = subscribed
+                bump = True
+        topics = self._subscribed_topics(group)
+        if topics != group.topics:
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            group.topics = topics
+        if group.group_epoch > group.assignment_epoch:
+            self._assign(group)
+        old = member.assignment
+        target = group.target.get(member_id, {})
+        if member.member_epoch != group.assignment_epoch or member.assignment != target:
+            member.previous_member_epoch = member.member_epoch
+            member.member_epoch = group.assignment_epoch
+            member.assignment = target
+        member.deadline_ms = self.clock() + self.config.session_timeout_ms
+        response = hb_resp.ShareGroupHeartbeatResponse(
+            member_id=member_id, member_epoch=member.member_epoch,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms)
+        if epoch == JOIN_EPOCH or req.subscribed_topic_names is not None \
+                or member.assignment != old:
+            response.assignment = hb_resp.Assignment(
+                [hb_resp.TopicPartitions(topic_id, list(partitions))
+                 for topic_id, partitions in member.assignment.items()])
+        return response
+
+    def _subscribed_topics(self, group: ShareGroup) -> dict[str, tuple[UUID, int]]:
+        names = {name for member in group.members.values() for name in member.subscribed}
+        topics = {}
+        for name in names:
+            info = self.log_manager.topics.get(name)
+            if info is not None:
+                topics[name] = (info.topic_id, info.num_partitions)
+        return topics
+
+    def _assign(self, group: ShareGroup) -> None:
+        group.target = simple_assignment(
+            {m.member_id: m.subscribed for m in group.members.values()}, group.topics)
+        group.assignment_epoch = group.group_epoch
+
+    async def _remove(self, group: ShareGroup, member_id: str) -> None:
+        """A member left or expired: a new epoch without it; its records released."""
+        if group.members.pop(member_id, None) is None:
+            return
+        group.target.pop(member_id, None)
+        group.group_epoch += 1
+        group.topics = self._subscribed_topics(group)
+        self._assign(group)
+        await self.service.member_left(group.group_id, member_id)
+
+    # -- ShareGroupDescribe -------------------------------------------------------------
+
+    def describe(self, group_id: str) -> describe_resp.DescribedGroup:
+        group = self.groups.get(group_id)
+        if group is None:
+            message = f"Group {group_id} is not a share group." if self.other_group(group_id) \
+                else f"Group {group_id} not found."
+            return describe_resp.DescribedGroup(
+                error_code=int(Error.GROUP_ID_NOT_FOUND), error_message=message,
+                group_id=group_id)
+        names = {info.topic_id: info.name for info in self.log_manager.topics.values()}
+        members = [
+            describe_resp.Member(
+                member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                client_id=m.client_id, client_host=m.client_host,
+                subscribed_topic_names=list(m.subscribed),
+                assignment=describe_resp.Assignment([
+                    describe_resp.TopicPartitions(topic_id, names.get(topic_id, ""),
+                                                  list(partitions))
+                    for topic_id, partitions in m.assignment.items()]))
+            for m in group.members.values()]
+        return describe_resp.DescribedGroup(
+            group_id=group_id, group_state=group.state, group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch, assignor_name=ASSIGNOR_NAME,
+            members=members)
+
+
+def _invalid(req) -> str | None:
+    """Kafka's throwIfShareGroupHeartbeatRequestIsInvalid: the message, or None."""
+    if not req.member_id:
+        return "MemberId can't be empty."
+    if not req.group_id:
+        return "GroupId can't be empty."
+    if req.rack_id is not None and not req.rack_id:
+        return "RackId can't be empty."
+    if req.member_epoch == JOIN_EPOCH:
+        if not req.subscribed_topic_names:
+            return "SubscribedTopicNames must be set in first request."
+    elif req.member_epoch < LEAVE_EPOCH:
+        return "MemberEpoch is invalid."
+    return None
+
+
+def _hb_error(error: Error, message: str | None = None) -> hb_resp.ShareGroupHeartbeatResponse:
+    return hb_resp.ShareGroupHeartbeatResponse(error_code=int(error), error_message=message)
