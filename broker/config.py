@@ -659,6 +659,13 @@ class BrokerConfig:
         "default.",
         _parse_consumer_assignors,
     )
+    group_consumer_migration_policy: str = _choice(
+        "bidirectional",
+        ("disabled", "upgrade", "downgrade", "bidirectional"),
+        "Online conversion between classic and consumer (KIP-848) groups: upgrade (a "
+        "non-empty classic group joined by a consumer-protocol member), downgrade (a consumer "
+        "group whose last consumer-protocol member leaves), both, or neither.",
+    )
     offset_metadata_max_bytes: int = _int(
         4096, "Longest metadata string of a committed offset (else OFFSET_METADATA_TOO_LARGE)."
     )

@@ -5,7 +5,8 @@ settings the broker does not expose keep Kafka's defaults (the 5-minute join tim
 members, offsets.topic.segment.bytes). Consumer groups (KIP-848) read
 ``group.consumer.session.timeout.ms`` (45 s), ``group.consumer.heartbeat.interval.ms`` (5 s),
 ``group.consumer.max.size`` and ``group.consumer.assignors`` (uniform, range; the first is
-the default) when the broker config has them.
+the default) and ``group.consumer.migration.policy`` (bidirectional) when the broker
+config has them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ class GroupConfig:
     consumer_heartbeat_interval_ms: int = CONSUMER_HEARTBEAT_INTERVAL_MS
     consumer_max_size: int = INT32_MAX
     consumer_assignors: tuple[str, ...] = CONSUMER_ASSIGNORS
+    # group.consumer.migration.policy: disabled, upgrade, downgrade, bidirectional
+    consumer_migration_policy: str = "bidirectional"
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.consumer_migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.consumer_migration_policy in ("downgrade", "bidirectional")
 
     @classmethod
     def from_broker_config(cls, config) -> GroupConfig:
@@ -53,6 +64,8 @@ class GroupConfig:
                 config, "group_consumer_heartbeat_interval_ms", CONSUMER_HEARTBEAT_INTERVAL_MS),
             consumer_max_size=getattr(config, "group_consumer_max_size", INT32_MAX),
             consumer_assignors=_assignors(getattr(config, "group_consumer_assignors", None)),
+            consumer_migration_policy=str(getattr(
+                config, "group_consumer_migration_policy", "bidirectional")).lower(),
         )
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from semel.coordinator.group.consumer_records import ClassicMemberMetadata
 from semel.protocol.errors import Error, KafkaError
 
 GROUP_TYPE = "consumer"
@@ -72,6 +73,12 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # set for a member using the classic protocol (JoinGroup/SyncGroup) in a consumer group
+    classic: ClassicMemberMetadata | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def copy(self, **changes) -> ConsumerGroupMember:
         fields = {name: getattr(self, name) for name in self.__slots__}
@@ -82,10 +89,10 @@ class ConsumerGroupMember:
         """Equal in what the MemberMetadata record holds."""
         return (self.instance_id, self.rack_id, self.client_id, self.client_host,
                 self.subscribed_topic_names, self.subscribed_topic_regex,
-                self.server_assignor, self.rebalance_timeout_ms) == \
+                self.server_assignor, self.rebalance_timeout_ms, self.classic) == \
             (other.instance_id, other.rack_id, other.client_id, other.client_host,
              other.subscribed_topic_names, other.subscribed_topic_regex,
-             other.server_assignor, other.rebalance_timeout_ms)
+             other.server_assignor, other.rebalance_timeout_ms, other.classic)
 
     def same_assignment(self, other: ConsumerGroupMember) -> bool:
         """Equal in what the CurrentMemberAssignment record holds."""
@@ -310,6 +317,36 @@ class ConsumerGroup:
 
     def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
         return self.partition_epochs.get((topic_id, partition), -1)
+
+    # -- classic members (online migration) ---------------------------------------------
+
+    def classic_members(self) -> list[ConsumerGroupMember]:
+        return [m for m in self.members.values() if m.classic is not None]
+
+    def all_classic_except(self, member_ids: set[str]) -> bool:
+        """Kafka's allMembersUseClassicProtocolExcept."""
+        return all(m.classic is not None for m in self.members.values()
+                   if m.member_id not in member_ids)
+
+    def supports_classic_protocols(self, protocol_type: str | None, names: set[str]) -> bool:
+        """Kafka's supportsClassicProtocols: protocol type "consumer" and, once classic
+        members exist, a protocol every one of them supports."""
+        if protocol_type != PROTOCOL_TYPE:
+            return False
+        classic = self.classic_members()
+        if not self.members or not classic:
+            return bool(names)
+        return any(all(name in {p for p, _ in m.classic.protocols} for m in classic)
+                   for name in names)
+
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """Does a partition of the member's target still belong to another member?"""
+        for topic_id, ps in self.target_assignment.get(member.member_id, {}).items():
+            have = member.assigned.get(topic_id, frozenset())
+            for p in ps:
+                if p not in have and self.partition_epoch(topic_id, p) != -1:
+                    return True
+        return False
 
     # -- subscriptions ------------------------------------------------------------------
 

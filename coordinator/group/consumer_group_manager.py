@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable
 
 from semel.coordinator.group.assignors import ASSIGNORS, MemberSpec
+from semel.coordinator.group.classic_group import STABLE, ClassicGroup, ClassicGroupMember
 from semel.coordinator.group.config import GroupConfig
 from semel.coordinator.group.consumer_group import (
     GROUP_TYPE,
@@ -49,6 +50,12 @@ from semel.coordinator.group.consumer_group import (
     is_subset,
     reconcile,
 )
+from semel.coordinator.group.consumer_protocol import (
+    encode_assignment,
+    parse_assignment,
+    parse_subscription,
+    protocol_version,
+)
 from semel.coordinator.group.consumer_records import (
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
     CONSUMER_GROUP_MEMBER_METADATA,
@@ -56,6 +63,7 @@ from semel.coordinator.group.consumer_records import (
     CONSUMER_GROUP_PARTITION_METADATA,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    ClassicMemberMetadata,
     ConsumerGroupKey,
     ConsumerGroupMetadataValue,
     CurrentMemberAssignmentValue,
@@ -64,9 +72,10 @@ from semel.coordinator.group.consumer_records import (
     TargetAssignmentMemberValue,
     TargetAssignmentMetadataValue,
 )
-from semel.coordinator.group.records import CoordinatorRecord
+from semel.coordinator.group.group_manager import heartbeat_key, join_key, sync_key
+from semel.coordinator.group.records import CoordinatorRecord, GroupMetadataKey
 from semel.coordinator.group.timer import Timer
-from semel.protocol.errors import Error, KafkaError
+from semel.protocol.errors import Error, KafkaError, ProtocolError
 from semel.protocol.messages.consumer_group_describe_response import (
     Assignment as DescribedAssignment,
 )
@@ -89,7 +98,14 @@ from semel.protocol.messages.consumer_group_heartbeat_response import (
 from semel.protocol.messages.consumer_group_heartbeat_response import (
     TopicPartitions as HeartbeatTopicPartitions,
 )
+from semel.protocol.messages.heartbeat_request import HeartbeatRequest
+from semel.protocol.messages.join_group_request import JoinGroupRequest
+from semel.protocol.messages.join_group_response import JoinGroupResponse
+from semel.protocol.messages.leave_group_request import LeaveGroupRequest
+from semel.protocol.messages.leave_group_response import LeaveGroupResponse, MemberResponse
 from semel.protocol.messages.list_groups_response import ListedGroup
+from semel.protocol.messages.sync_group_request import SyncGroupRequest
+from semel.protocol.messages.sync_group_response import SyncGroupResponse
 from semel.storage.log_manager import kafka_uuid_string, random_kafka_uuid
 
 log = logging.getLogger("coordinator.group")
@@ -97,11 +113,20 @@ log = logging.getLogger("coordinator.group")
 # v1 (KIP-1082): the consumer generates its member id
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
 CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1 MemberType
+CLASSIC_MEMBER_TYPE = 0
 # Kafka's GROUP resource operations without an authorizer: READ(3), DELETE(6), DESCRIBE(8)
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 Metadata = Callable[[], dict[str, TopicMetadata]]
 Respond = Callable[[ConsumerGroupHeartbeatResponse], None]
+
+
+def join_timeout_key(group_id: str, member_id: str) -> str:
+    return f"consumer-join-{group_id}-{member_id}"
+
+
+def sync_timeout_key(group_id: str, member_id: str) -> str:
+    return f"consumer-sync-{group_id}-{member_id}"
 
 
 def session_key(group_id: str, member_id: str) -> str:
@@ -145,6 +170,9 @@ class ConsumerGroupManager:
         self.classic_groups = classic_groups  # the classic manager's groups (one namespace)
         self.groups: dict[str, ConsumerGroup] = {}
         self._regex_cache: dict[str, re.Pattern] = {}
+        self._join_timeouts: set[str] = set()
+        # the classic manager (set by the shard): downgrades hand groups over to it
+        self.classic_manager = None
 
     # -- per-group settings (Kafka 4.x group configs fall back to the broker's) ----------
 
@@ -238,11 +266,11 @@ class ConsumerGroupManager:
             return group
         classic = self.classic_groups.get(group_id)
         if classic is not None:
-            if not create or not classic.is_empty or classic.pending_join_members:
+            if not create:
                 raise KafkaError(Error.GROUP_ID_NOT_FOUND,
                                  f"Group {group_id} is not a consumer group.")
-            from semel.coordinator.group.records import GroupMetadataKey
-
+            if not classic.is_empty:
+                return self._upgrade(classic, records)
             records.append(CoordinatorRecord(GroupMetadataKey(group_id), None))
             del self.classic_groups[group_id]
             log.info("group %s: empty classic group converted to a consumer group", group_id)
@@ -282,6 +310,26 @@ class ConsumerGroupManager:
             if req.subscribed_topic_names is not None else member.subscribed_topic_names,
             subscribed_topic_regex=(req.subscribed_topic_regex or None)
             if req.subscribed_topic_regex is not None else member.subscribed_topic_regex)
+        reconciled = self._update_and_reconcile(group, member, updated, is_new, owned, records)
+        self._schedule_session_timeout(group_id, reconciled.member_id)
+        response = ConsumerGroupHeartbeatResponse(
+            member_id=reconciled.member_id, member_epoch=reconciled.member_epoch,
+            heartbeat_interval_ms=self.heartbeat_interval_ms(group_id))
+        full = req.rebalance_timeout_ms != -1 and owned is not None and \
+            (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+        if joining or full or reconciled.assigned != member.assigned:
+            response.assignment = HeartbeatAssignment([
+                HeartbeatTopicPartitions(t, ps) for t, ps in _to_record_tps(reconciled.assigned)])
+        return records, response
+
+    def _update_and_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember,
+                              updated: ConsumerGroupMember, is_new: bool,
+                              owned: OwnedPartitions, records: list[CoordinatorRecord]
+                              ) -> ConsumerGroupMember:
+        """Kafka's three heartbeat steps for ``member`` becoming ``updated`` (shared by
+        ConsumerGroupHeartbeat and classic members' JoinGroup): group epoch, target
+        assignment, reconciliation; records for what changed."""
+        group_id = group.group_id
         subscription_changed = is_new or \
             updated.subscribed_topic_names != member.subscribed_topic_names or \
             updated.subscribed_topic_regex != member.subscribed_topic_regex
@@ -315,16 +363,7 @@ class ConsumerGroupManager:
                 self._schedule_rebalance_timeout(group_id, reconciled)
             else:
                 self.timer.cancel(rebalance_key(group_id, reconciled.member_id))
-        self._schedule_session_timeout(group_id, reconciled.member_id)
-        response = ConsumerGroupHeartbeatResponse(
-            member_id=reconciled.member_id, member_epoch=reconciled.member_epoch,
-            heartbeat_interval_ms=self.heartbeat_interval_ms(group_id))
-        full = req.rebalance_timeout_ms != -1 and owned is not None and \
-            (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
-        if joining or full or reconciled.assigned != member.assigned:
-            response.assignment = HeartbeatAssignment([
-                HeartbeatTopicPartitions(t, ps) for t, ps in _to_record_tps(reconciled.assigned)])
-        return records, response
+        return reconciled
 
     def _dynamic_member(self, group: ConsumerGroup, member_id: str, epoch: int,
                         owned: OwnedPartitions, joining: bool) -> ConsumerGroupMember:
@@ -379,6 +418,375 @@ class ConsumerGroupManager:
         records.append(self._target_member_record(group_id, new.member_id, target))
         records.append(self._current_assignment_record(group_id, new))
 
+    # -- online migration: upgrade and downgrade ----------------------------------------
+
+    def _upgrade(self, classic: ClassicGroup, records: list[CoordinatorRecord]
+                 ) -> ConsumerGroup:
+        """Kafka's validateOnlineUpgrade + convertToConsumerGroup: a non-empty classic group
+        joined by a consumer-protocol member becomes a consumer group at epoch = its
+        generation, each classic member Stable with its last SyncGroup assignment as both
+        current and target assignment; they keep using JoinGroup/SyncGroup/Heartbeat."""
+        group_id = classic.group_id
+
+        def refuse(why: str) -> KafkaError:
+            log.info("group %s: cannot upgrade the classic group: %s", group_id, why)
+            return KafkaError(Error.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group "
+                              f"{group_id} to consumer group because {why}.")
+
+        if not self.config.upgrade_enabled:
+            raise refuse("online upgrade is disabled")
+        if classic.protocol_type != PROTOCOL_TYPE:
+            raise refuse("the group does not use the consumer embedded protocol")
+        if len(classic.members) > self.config.consumer_max_size:
+            raise refuse("the group size exceeds the consumer group maximum size")
+        topics = self.metadata()
+        group = ConsumerGroup(group_id)
+        group.group_epoch = group.assignment_epoch = classic.generation_id
+        try:
+            for m in classic.members.values():
+                assigned: Assignment = {}
+                if m.assignment:
+                    partitions, user_data = parse_assignment(m.assignment)
+                    if user_data:
+                        raise refuse("an unsupported custom assignor is in use")
+                    assigned = self._ids_of(partitions, topics)
+                sub = parse_subscription(m.metadata(classic.protocol_name))
+                member = ConsumerGroupMember(
+                    m.member_id, instance_id=m.group_instance_id, rack_id=sub.rack_id,
+                    client_id=m.client_id, client_host=m.client_host,
+                    subscribed_topic_names=sorted(sub.topics),
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    member_epoch=classic.generation_id,
+                    previous_member_epoch=classic.generation_id, assigned=assigned,
+                    classic=ClassicMemberMetadata(m.session_timeout_ms, list(m.protocols)))
+                group.target_assignment[m.member_id] = assigned
+                group.update_member(member)
+        except ProtocolError:
+            raise refuse("the embedded consumer protocol is malformed") from None
+        # parked JoinGroup/SyncGroup requests rejoin the new group
+        for m in list(classic.members.values()):
+            classic.complete_join(m, JoinGroupResponse(
+                error_code=Error.REBALANCE_IN_PROGRESS, member_id=m.member_id))
+            classic.complete_sync(m, SyncGroupResponse(error_code=Error.REBALANCE_IN_PROGRESS))
+        for member_id in [*classic.members, *classic.pending_join_members]:
+            self.timer.cancel(heartbeat_key(group_id, member_id))
+        self.timer.cancel(join_key(group_id))
+        self.timer.cancel(sync_key(group_id))
+        classic.pending_join_members.clear()
+        records.append(CoordinatorRecord(GroupMetadataKey(group_id), None))
+        del self.classic_groups[group_id]
+        group.subscription_metadata = self._subscription_metadata(group)
+        for member in group.members.values():
+            records.append(self._member_metadata_record(group_id, member))
+        records.append(self._group_epoch_record(group))
+        records.append(self._partition_metadata_record(group))
+        for member_id, assignment in group.target_assignment.items():
+            records.append(self._target_member_record(group_id, member_id, assignment))
+        records.append(CoordinatorRecord(
+            ConsumerGroupKey(CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, group_id),
+            TargetAssignmentMetadataValue(group.assignment_epoch)))
+        for member in group.members.values():
+            records.append(self._current_assignment_record(group_id, member))
+        self.groups[group_id] = group
+        for member_id in group.members:
+            self._schedule_session_timeout(group_id, member_id)
+        log.info("group %s: classic group converted to a consumer group (epoch %d, %d "
+                 "classic members)", group_id, group.group_epoch, len(group.members))
+        return group
+
+    def _maybe_downgrade(self, group: ConsumerGroup, leaving: set[str],
+                         records: list[CoordinatorRecord]) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMembers + convertToClassicGroup: when
+        the members left after ``leaving`` all use the classic protocol (and there are
+        some), the policy allows it and they fit a classic group, the group becomes a
+        Stable classic group of generation = the group epoch, each member with its target
+        assignment, and a rebalance starts at once."""
+        remaining = [m for m in group.members.values() if m.member_id not in leaving]
+        if not remaining or not group.all_classic_except(leaving):
+            return False
+        if not self.config.downgrade_enabled:
+            log.info("group %s: cannot downgrade to a classic group: the online downgrade "
+                     "is disabled", group.group_id)
+            return False
+        if len(remaining) > self.config.max_size:
+            log.info("group %s: cannot downgrade to a classic group: more members than "
+                     "group.max.size", group.group_id)
+            return False
+        group_id = group.group_id
+        topics = {t.topic_id: t.name for t in self.metadata().values()}
+        classic = ClassicGroup(group_id, STABLE, now_ms=self.clock(),
+                               generation_id=group.group_epoch, protocol_type=PROTOCOL_TYPE)
+        for m in remaining:
+            classic.add(ClassicGroupMember(
+                m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.classic.session_timeout_ms, PROTOCOL_TYPE, list(m.classic.protocols)))
+        classic.protocol_name = classic.select_protocol()
+        classic.subscribed_topics = classic.compute_subscribed_topics()
+        assignments = {}
+        for m in remaining:
+            cm = classic.member(m.member_id)
+            target = group.target_assignment.get(m.member_id, {})
+            names = sorted((topics[t], sorted(ps)) for t, ps in target.items() if t in topics)
+            version = protocol_version(cm.metadata(classic.protocol_name))
+            cm.assignment = assignments[m.member_id] = encode_assignment(names, version)
+        for member_id in list(group.members):
+            self._remove_member(group, member_id, records)
+        records.extend(self.delete_group_records(group_id))
+        self.remove_group(group_id)
+        manager = self.classic_manager
+        records.append(manager.group_metadata_record(classic, assignments))
+        self.classic_groups[group_id] = classic
+        for cm in classic.members.values():
+            manager.reschedule_heartbeat(classic, cm)
+        log.info("group %s: consumer group converted to a classic group", group_id)
+        manager.prepare_rebalance(classic, f"Downgrade group {group_id} from consumer to "
+                                           "classic for member leaving.")
+        return True
+
+    def _ids_of(self, partitions, topics: dict[str, TopicMetadata]) -> Assignment:
+        """Topic names to ids; unknown topics are dropped (Kafka's toTopicPartitionMap)."""
+        out: Assignment = {}
+        for name, ps in partitions:
+            topic = topics.get(name)
+            if topic is not None and ps:
+                out[topic.topic_id] = out.get(topic.topic_id, frozenset()) | frozenset(ps)
+        return out
+
+    # -- classic members of a consumer group (JoinGroup, SyncGroup, Heartbeat, Leave) ----
+
+    def _classic_member(self, group: ConsumerGroup, member_id: str,
+                        instance_id: str | None) -> ConsumerGroupMember:
+        """Kafka's validateConsumerGroupMember + throwIfMemberDoesNotUseClassicProtocol."""
+        if instance_id is None:
+            member = group.member(member_id)
+        else:
+            member = group.static_member(instance_id)
+            if member is None:
+                raise KafkaError(Error.UNKNOWN_MEMBER_ID,
+                                 f"Instance id {instance_id} is unknown.")
+            if member.member_id != member_id:
+                raise KafkaError(Error.FENCED_INSTANCE_ID, f"Static member {member_id} with "
+                                 f"instance id {instance_id} was fenced by member "
+                                 f"{member.member_id}.")
+        if member.classic is None:
+            raise KafkaError(Error.UNKNOWN_MEMBER_ID,
+                             f"Member {member.member_id} does not use the classic protocol.")
+        return member
+
+    def classic_join(self, client_id: str, client_host: str, api_version: int,
+                     req: JoinGroupRequest, respond) -> None:
+        """Kafka's classicGroupJoinToConsumerGroup: the classic member's subscription (from
+        its first protocol's metadata) goes through the same three steps as a heartbeat; the
+        answer carries its member epoch as the generation, once the records are durable."""
+        group_id = req.group_id
+        group = self.groups[group_id]
+        member_id = req.member_id
+        is_unknown = member_id == ""
+        if is_unknown:
+            member_id = kafka_uuid_string(random_kafka_uuid())
+        records: list[CoordinatorRecord] = []
+        try:
+            if member_id not in group.members and \
+                    len(group.members) >= self.config.consumer_max_size:
+                raise KafkaError(Error.GROUP_MAX_SIZE_REACHED, "The consumer group has reached "
+                                 f"its maximum capacity of {self.config.consumer_max_size} "
+                                 "members.")
+            names = {p.name for p in req.protocols}
+            if not group.supports_classic_protocols(req.protocol_type, names):
+                raise KafkaError(Error.INCONSISTENT_GROUP_PROTOCOL,
+                                 f"Member {member_id}'s protocols are not supported.")
+            if is_unknown and req.group_instance_id is None and api_version >= 4:
+                log.info("group %s: dynamic classic member joins; asking it to rejoin as %s",
+                         group_id, member_id)
+                respond(JoinGroupResponse(error_code=Error.MEMBER_ID_REQUIRED,
+                                          member_id=member_id))
+                return
+            try:
+                sub = parse_subscription(bytes(req.protocols[0].metadata))
+            except ProtocolError as e:
+                raise KafkaError(Error.INCONSISTENT_GROUP_PROTOCOL,
+                                 f"Malformed embedded consumer protocol: {e}") from None
+            member = self._classic_joining_member(group, member_id, req.group_instance_id,
+                                                  records)
+        except KafkaError as e:
+            respond(JoinGroupResponse(error_code=e.code, member_id=req.member_id))
+            return
+        member_id = member.member_id
+        is_new = member_id not in group.members
+        protocols = [(p.name, bytes(p.metadata)) for p in req.protocols]
+        updated = member.copy(
+            instance_id=req.group_instance_id if req.group_instance_id is not None
+            else member.instance_id,
+            rack_id=sub.rack_id if sub.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+            else member.rebalance_timeout_ms,
+            server_assignor=None, subscribed_topic_names=sorted(sub.topics),
+            subscribed_topic_regex=None, client_id=client_id, client_host=client_host,
+            classic=ClassicMemberMetadata(req.session_timeout_ms, protocols))
+        topics = self.metadata()
+        owned = [(t, sorted(ps)) for t, ps in
+                 self._ids_of(sub.owned_partitions, topics).items()]
+        reconciled = self._update_and_reconcile(group, member, updated, is_new, owned, records)
+        response = JoinGroupResponse(
+            error_code=Error.NONE, member_id=member_id, generation_id=reconciled.member_epoch,
+            protocol_type=PROTOCOL_TYPE, protocol_name=protocols[0][0], leader="")
+        log.info("group %s: classic member %s joins at epoch %d (%s)", group_id, member_id,
+                 reconciled.member_epoch, reconciled.state.label)
+
+        def done(error: Error, _base: int) -> None:
+            if error:
+                from semel.coordinator.group.group_manager import append_error_to_response_error
+
+                respond(JoinGroupResponse(error_code=append_error_to_response_error(error),
+                                          member_id=member_id))
+                return
+            self._cancel_join_timeout(group_id, member_id)
+            if self.groups.get(group_id) is group and member_id in group.members:
+                self._schedule_session_timeout(group_id, member_id)
+                self._schedule_sync_timeout(group_id, member_id, req.rebalance_timeout_ms)
+            respond(response)
+
+        self.write(group_id, records, done)
+
+    def _classic_joining_member(self, group: ConsumerGroup, member_id: str,
+                                instance_id: str | None, records: list[CoordinatorRecord]
+                                ) -> ConsumerGroupMember:
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is not None and member.classic is None:
+                raise KafkaError(Error.UNKNOWN_MEMBER_ID, f"Member {member_id} does not use "
+                                 "the classic protocol.")
+            return member or ConsumerGroupMember(member_id)
+        existing = group.static_member(instance_id)
+        if existing is None:
+            return group.members.get(member_id) or ConsumerGroupMember(member_id)
+        if existing.member_id == member_id:
+            return existing
+        # a new incarnation of the static member takes over the old one's assignment
+        replacement = existing.copy(member_id=member_id)
+        self._replace_member(group, existing, replacement, records)
+        log.info("group %s: static classic member %s rejoins as %s, replacing %s",
+                 group.group_id, instance_id, member_id, existing.member_id)
+        return replacement
+
+    def classic_sync(self, req: SyncGroupRequest, respond) -> None:
+        """Kafka's classicGroupSyncToConsumerGroup: the member's current assignment,
+        serialized with the consumer protocol at its subscription's version."""
+        group_id = req.group_id
+        try:
+            group = self.groups[group_id]
+            member = self._classic_member(group, req.member_id, req.group_instance_id)
+            if req.generation_id != member.member_epoch:
+                raise KafkaError(Error.ILLEGAL_GENERATION)
+            protocol_name = member.classic.protocols[0][0]
+            if (req.protocol_type is not None and req.protocol_type != PROTOCOL_TYPE) or \
+                    (req.protocol_name is not None and req.protocol_name != protocol_name):
+                raise KafkaError(Error.INCONSISTENT_GROUP_PROTOCOL)
+            if group.group_epoch > member.member_epoch and \
+                    member.state is not MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_join_timeout_if_absent(group_id, member)
+                raise KafkaError(Error.REBALANCE_IN_PROGRESS)
+        except KafkaError as e:
+            respond(SyncGroupResponse(error_code=e.code))
+            return
+        self.timer.cancel(sync_timeout_key(group_id, member.member_id))
+        self._schedule_session_timeout(group_id, member.member_id)
+        names = {t.topic_id: t.name for t in self.metadata().values()}
+        partitions = sorted((names[t], sorted(ps)) for t, ps in member.assigned.items()
+                            if t in names)
+        version = protocol_version(member.classic.protocols[0][1])
+        respond(SyncGroupResponse(error_code=Error.NONE, protocol_type=req.protocol_type,
+                                  protocol_name=req.protocol_name,
+                                  assignment=encode_assignment(partitions, version)))
+
+    def classic_heartbeat(self, req: HeartbeatRequest) -> Error:
+        """Kafka's classicGroupHeartbeatToConsumerGroup: REBALANCE_IN_PROGRESS when the
+        member must rejoin (the group epoch moved on, it has partitions to revoke, or the
+        partitions it waits for are free now)."""
+        group_id = req.group_id
+        try:
+            group = self.groups[group_id]
+            member = self._classic_member(group, req.member_id, req.group_instance_id)
+            if req.generation_id != member.member_epoch:
+                raise KafkaError(Error.ILLEGAL_GENERATION)
+        except KafkaError as e:
+            return e.code
+        self._schedule_session_timeout(group_id, member.member_id)
+        if member.member_epoch < group.group_epoch or \
+                member.state is MemberState.UNREVOKED_PARTITIONS or \
+                (member.state is MemberState.UNRELEASED_PARTITIONS
+                 and not group.waiting_on_unreleased_partition(member)):
+            self._schedule_join_timeout_if_absent(group_id, member)
+            return Error.REBALANCE_IN_PROGRESS
+        return Error.NONE
+
+    def classic_leave(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
+        """Kafka's classicGroupLeaveToConsumerGroup: the members named leave (fenced
+        together), which may convert the group back to a classic group."""
+        group = self.groups[req.group_id]
+        responses = []
+        leaving: dict[str, ConsumerGroupMember] = {}
+        for identity in req.members:
+            error = Error.NONE
+            try:
+                if identity.group_instance_id is None:
+                    member = group.member(identity.member_id)
+                else:
+                    member = group.static_member(identity.group_instance_id)
+                    if member is None:
+                        raise KafkaError(Error.UNKNOWN_MEMBER_ID)
+                    if identity.member_id and identity.member_id != member.member_id:
+                        raise KafkaError(Error.FENCED_INSTANCE_ID)
+                leaving[member.member_id] = member
+                log.info("group %s: member %s left through LeaveGroup (%s)", group.group_id,
+                         member.member_id, identity.reason or "not provided")
+            except KafkaError as e:
+                error = e.code
+            responses.append(MemberResponse(identity.member_id, identity.group_instance_id,
+                                            error))
+        if leaving:
+            records: list[CoordinatorRecord] = []
+            if not self._maybe_downgrade(group, set(leaving), records):
+                for member_id in leaving:
+                    self._remove_member(group, member_id, records)
+                metadata = self._subscription_metadata(group)
+                if metadata != group.subscription_metadata:
+                    group.subscription_metadata = metadata
+                    records.append(self._partition_metadata_record(group))
+                group.group_epoch += 1
+                records.append(self._group_epoch_record(group))
+            self.write(group.group_id, records, None)
+        return LeaveGroupResponse(members=responses)
+
+    def _schedule_join_timeout_if_absent(self, group_id: str,
+                                         member: ConsumerGroupMember) -> None:
+        key = join_timeout_key(group_id, member.member_id)
+        if key in self._join_timeouts:
+            return
+        self._join_timeouts.add(key)
+        member_id = member.member_id
+
+        def expire() -> None:
+            self._join_timeouts.discard(key)
+            self._fence_by_timer(group_id, member_id,
+                                 "the classic member failed to join within the rebalance timeout")
+
+        self.timer.schedule(key, member.rebalance_timeout_ms, expire)
+
+    def _cancel_join_timeout(self, group_id: str, member_id: str) -> None:
+        key = join_timeout_key(group_id, member_id)
+        self._join_timeouts.discard(key)
+        self.timer.cancel(key)
+
+    def _schedule_sync_timeout(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        self.timer.schedule(sync_timeout_key(group_id, member_id), timeout_ms,
+                            lambda: self._fence_by_timer(
+                                group_id, member_id, "the member failed to sync within timeout"))
+
+    def _cancel_classic_timers(self, group_id: str, member_id: str) -> None:
+        self._cancel_join_timeout(group_id, member_id)
+        self.timer.cancel(sync_timeout_key(group_id, member_id))
+
     # -- leaving and fencing ------------------------------------------------------------
 
     def _leave(self, req: ConsumerGroupHeartbeatRequest
@@ -416,7 +824,10 @@ class ConsumerGroupManager:
     def _fence(self, group: ConsumerGroup, member_id: str,
                records: list[CoordinatorRecord]) -> None:
         """Kafka's consumerGroupFenceMember: remove, then bump the group epoch so that the
-        member's partitions are assigned again."""
+        member's partitions are assigned again; or, when only classic members remain and
+        the policy allows, convert the group back to a classic group (online downgrade)."""
+        if self._maybe_downgrade(group, {member_id}, records):
+            return
         self._remove_member(group, member_id, records)
         metadata = self._subscription_metadata(group)
         if metadata != group.subscription_metadata:
@@ -436,6 +847,7 @@ class ConsumerGroupManager:
         group.remove_member(member_id)
         self.timer.cancel(session_key(group_id, member_id))
         self.timer.cancel(rebalance_key(group_id, member_id))
+        self._cancel_classic_timers(group_id, member_id)
 
     def _fence_by_timer(self, group_id: str, member_id: str, reason: str,
                         epoch: int | None = None) -> None:
@@ -452,7 +864,13 @@ class ConsumerGroupManager:
         self.write(group_id, records, None)
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        self.timer.schedule(session_key(group_id, member_id), self.session_timeout_ms(group_id),
+        """A classic member's session is the one it asked for in JoinGroup."""
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        timeout = member.classic.session_timeout_ms \
+            if member is not None and member.classic is not None \
+            else self.session_timeout_ms(group_id)
+        self.timer.schedule(session_key(group_id, member_id), timeout,
                             lambda: self._fence_by_timer(group_id, member_id,
                                                          "the member session expired"))
 
@@ -528,7 +946,7 @@ class ConsumerGroupManager:
             MemberMetadataValue(member.instance_id, member.rack_id, member.client_id,
                                 member.client_host, list(member.subscribed_topic_names),
                                 member.subscribed_topic_regex, member.rebalance_timeout_ms,
-                                member.server_assignor))
+                                member.server_assignor, member.classic))
 
     def _target_member_record(self, group_id: str, member_id: str,
                               assignment: Assignment) -> CoordinatorRecord:
@@ -592,7 +1010,7 @@ class ConsumerGroupManager:
                 subscribed_topic_names=list(value.subscribed_topic_names),
                 subscribed_topic_regex=value.subscribed_topic_regex,
                 rebalance_timeout_ms=value.rebalance_timeout_ms,
-                server_assignor=value.server_assignor))
+                server_assignor=value.server_assignor, classic=value.classic))
         elif rtype == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
             old = group.members.get(key.member)
             if old is None:
@@ -649,7 +1067,8 @@ class ConsumerGroupManager:
             subscribed_topic_names=list(m.subscribed_topic_names),
             subscribed_topic_regex=m.subscribed_topic_regex, assignment=described(m.assigned),
             target_assignment=described(group.target_assignment.get(m.member_id, {})),
-            member_type=CONSUMER_MEMBER_TYPE) for m in group.members.values()]
+            member_type=CLASSIC_MEMBER_TYPE if m.classic is not None else CONSUMER_MEMBER_TYPE)
+            for m in group.members.values()]
         return DescribedGroup(
             group_id=group_id, group_state=str(group.state), group_epoch=group.group_epoch,
             assignment_epoch=group.assignment_epoch,

@@ -31,14 +31,19 @@ from dataclasses import dataclass, field
 
 from semel.protocol.errors import ProtocolError
 from semel.protocol.primitives import (
+    _read_uvarint_long,
     read_compact_array_len,
+    read_compact_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_string,
+    read_tagged_header,
     skip_tagged_fields,
+    write_compact_bytes,
     write_compact_nullable_string,
     write_compact_string,
     write_string,
+    write_tagged_fields,
     write_uvarint,
 )
 
@@ -86,6 +91,16 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
+
+
+@dataclass(slots=True)
+class ClassicMemberMetadata:
+    """Tag 0 of MemberMetadata: a member using the classic protocol (KIP-848 migration)
+    keeps its JoinGroup session timeout and protocols (name, subscription metadata)."""
+
+    session_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
 
 
 @dataclass(slots=True)
@@ -175,6 +190,30 @@ def _read_i32(buf: memoryview, pos: int) -> tuple[int, int]:
     return _I32.unpack_from(buf, pos)[0], pos + 4
 
 
+def _read_member_tags(buf: memoryview, pos: int
+                      ) -> tuple[ClassicMemberMetadata | None, int]:
+    """MemberMetadata's tagged fields: tag 0 is ClassicMemberMetadata, others skipped."""
+    if pos < len(buf) and buf[pos] == 0:
+        return None, pos + 1
+    classic = None
+    n, pos = _read_uvarint_long(buf, pos)
+    for _ in range(n):
+        tag, end, start = read_tagged_header(buf, pos)
+        if tag == 0 and end > start and buf[start] == 1:
+            at = start + 1
+            session_timeout, at = _read_i32(buf, at)
+            count, at = read_compact_array_len(buf, at, False)
+            protocols = []
+            for _ in range(count):
+                name, at = read_compact_string(buf, at)
+                metadata, at = read_compact_bytes(buf, at)
+                at = skip_tagged_fields(buf, at)
+                protocols.append((name, metadata))
+            classic = ClassicMemberMetadata(session_timeout, protocols)
+        pos = end
+    return classic, pos
+
+
 def encode_value(value: ConsumerGroupValue, out: bytearray) -> None:
     out += _I16.pack(0)
     if isinstance(value, ConsumerGroupMetadataValue):
@@ -198,6 +237,18 @@ def encode_value(value: ConsumerGroupValue, out: bytearray) -> None:
         write_compact_nullable_string(out, value.subscribed_topic_regex)
         out += _I32.pack(value.rebalance_timeout_ms)
         write_compact_nullable_string(out, value.server_assignor)
+        if value.classic is not None:
+            # a nullable struct: presence byte, then the struct (Kafka's generated layout)
+            data = bytearray(b"\x01")
+            data += _I32.pack(value.classic.session_timeout_ms)
+            _write_array_len(data, len(value.classic.protocols))
+            for name, metadata in value.classic.protocols:
+                write_compact_string(data, name)
+                write_compact_bytes(data, metadata)
+                data.append(0)
+            data.append(0)
+            write_tagged_fields(out, [(0, data)])
+            return  # the tagged section is written
     elif isinstance(value, TargetAssignmentMetadataValue):
         out += _I32.pack(value.assignment_epoch)
     elif isinstance(value, TargetAssignmentMemberValue):
@@ -252,6 +303,8 @@ def decode_value(record_type: int, buf: memoryview, pos: int) -> ConsumerGroupVa
         assignor, pos = read_compact_nullable_string(buf, pos)
         value = MemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex,
                                     rebalance_timeout, assignor)
+        value.classic, pos = _read_member_tags(buf, pos)
+        return value  # its tagged section is read
     elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
         epoch, pos = _read_i32(buf, pos)
         value = TargetAssignmentMetadataValue(epoch)

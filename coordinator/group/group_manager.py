@@ -115,6 +115,8 @@ class GroupMetadataManager:
         self.groups: dict[str, ClassicGroup] = {}
         # consumer groups (KIP-848) share the group id namespace: ConsumerGroupManager.groups
         self.consumer_groups: dict = {}
+        # the ConsumerGroupManager (set by the shard): classic members of consumer groups
+        self.consumer_manager = None
 
     # -- lookup -------------------------------------------------------------------------
 
@@ -156,11 +158,19 @@ class GroupMetadataManager:
             return
         member_id = req.member_id
         is_unknown = member_id == UNKNOWN_MEMBER_ID
-        if req.group_id in self.consumer_groups:
-            # a consumer group (KIP-848); classic members joining it is the migration path,
-            # which this coordinator does not offer
-            respond(_join_error(member_id, Error.INCONSISTENT_GROUP_PROTOCOL))
-            return
+        consumer_group = self.consumer_groups.get(req.group_id)
+        if consumer_group is not None:
+            if not consumer_group.is_empty:
+                # a classic member joins a consumer group (KIP-848 online migration)
+                self.consumer_manager.classic_join(ctx.client_id, ctx.client_host,
+                                                   ctx.api_version, req, respond)
+                return
+            # Kafka: an empty consumer group is replaced by a classic group (offsets stay)
+            self.write(req.group_id, self.consumer_manager.delete_group_records(req.group_id),
+                       None)
+            self.consumer_manager.remove_group(req.group_id)
+            log.info("group %s: empty consumer group converted to a classic group",
+                     req.group_id)
         group = self.groups.get(req.group_id)
         if group is None:
             if not is_unknown:
@@ -376,6 +386,10 @@ class GroupMetadataManager:
         else:
             self._maybe_complete_join_phase(group)
 
+    def prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        """Start a rebalance (a consumer group downgraded to this classic group)."""
+        self._prepare_rebalance(group, reason)
+
     def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
         if group.is_in(COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment_with_error(group, Error.REBALANCE_IN_PROGRESS)
@@ -536,6 +550,9 @@ class GroupMetadataManager:
         if not req.group_id:
             respond(SyncGroupResponse(error_code=Error.INVALID_GROUP_ID))
             return
+        if req.group_id in self.consumer_groups:
+            self.consumer_manager.classic_sync(req, respond)
+            return
         group = self.groups.get(req.group_id)
         if group is None or group.is_empty:
             respond(SyncGroupResponse(error_code=Error.UNKNOWN_MEMBER_ID))
@@ -631,6 +648,8 @@ class GroupMetadataManager:
     def heartbeat(self, ctx: RequestInfo, req: HeartbeatRequest) -> Error:
         if not req.group_id:
             return Error.INVALID_GROUP_ID
+        if req.group_id in self.consumer_groups:
+            return self.consumer_manager.classic_heartbeat(req)
         group = self.groups.get(req.group_id)
         if group is None:
             return Error.UNKNOWN_MEMBER_ID
@@ -655,6 +674,8 @@ class GroupMetadataManager:
         """``req.members`` must be set (the handler turns v0-2's member_id into one entry)."""
         if not req.group_id:
             return LeaveGroupResponse(error_code=Error.INVALID_GROUP_ID)
+        if req.group_id in self.consumer_groups:
+            return self.consumer_manager.classic_leave(req)
         group = self.groups.get(req.group_id)
         if group is None:
             return LeaveGroupResponse(members=[

@@ -80,6 +80,8 @@ class GroupCoordinatorShard:
         self.consumer_manager = ConsumerGroupManager(
             config, clock, timer, self._write, metadata or dict, self.group_manager.groups)
         self.group_manager.consumer_groups = self.consumer_manager.groups
+        self.group_manager.consumer_manager = self.consumer_manager
+        self.consumer_manager.classic_manager = self.group_manager
         self.offset_manager = OffsetMetadataManager(config, clock, self.group_manager,
                                                     self._write)
 
