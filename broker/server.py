@@ -122,7 +122,8 @@ class Broker:
         self.metrics.register_quotas(self.quotas)
         # group coordinator (consumer groups, committed offsets in __consumer_offsets)
         self.group_coordinator = GroupCoordinator(
-            self.log_manager, GroupConfig.from_broker_config(config), clock=clock)
+            self.log_manager, GroupConfig.from_broker_config(config), clock=clock,
+            group_configs=self.dynamic_configs.group_overrides)
         # share groups (KIP-932): share-partitions (state in __share_group_state), share
         # sessions, membership (in memory; group ids shared with the group coordinator's)
         self.share_manager = SharePartitionManager(

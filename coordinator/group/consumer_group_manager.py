@@ -173,14 +173,21 @@ class ConsumerGroupManager:
         self._join_timeouts: set[str] = set()
         # the classic manager (set by the shard): downgrades hand groups over to it
         self.classic_manager = None
+        # a group's GROUP config overrides by Kafka name (set by the coordinator: the
+        # broker's dynamic configs); none by default
+        self.group_configs: Callable[[str], dict[str, str]] = lambda group_id: {}
 
     # -- per-group settings (Kafka 4.x group configs fall back to the broker's) ----------
 
     def session_timeout_ms(self, group_id: str) -> int:
-        return self.config.consumer_session_timeout_ms
+        """The group's consumer.session.timeout.ms (a GROUP config), else the broker's."""
+        value = self.group_configs(group_id).get("consumer.session.timeout.ms")
+        return self.config.consumer_session_timeout_ms if value is None else int(value)
 
     def heartbeat_interval_ms(self, group_id: str) -> int:
-        return self.config.consumer_heartbeat_interval_ms
+        """The group's consumer.heartbeat.interval.ms (a GROUP config), else the broker's."""
+        value = self.group_configs(group_id).get("consumer.heartbeat.interval.ms")
+        return self.config.consumer_heartbeat_interval_ms if value is None else int(value)
 
     # -- ConsumerGroupHeartbeat ---------------------------------------------------------
 

@@ -105,10 +105,13 @@ class LoopTimer:
 
 class GroupCoordinator:
     def __init__(self, log_manager, config: GroupConfig, *,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int],
+                 group_configs: Callable[[str], dict[str, str]] | None = None) -> None:
         self.log_manager = log_manager
         self.config = config
         self.clock = clock
+        # a group's GROUP config overrides (consumer.session.timeout.ms, ...) by group id
+        self.group_configs = group_configs
         self.num_partitions = config.offsets_topic_num_partitions
         self.shard: GroupCoordinatorShard | None = None  # made by _state() on first use
         self.timer: LoopTimer | None = None
@@ -161,6 +164,8 @@ class GroupCoordinator:
 
             self.shard = GroupCoordinatorShard(self.config, self.clock, self.timer,
                                                self.num_partitions, self._topic_metadata)
+            if self.group_configs is not None:
+                self.shard.consumer_manager.group_configs = self.group_configs
         return self.shard
 
     def _topic_metadata(self) -> dict:

@@ -226,3 +226,36 @@ def test_topic_synonyms_of_an_hours_setting(tmp_path):
         assert entry.value == "7200000"
         assert entry.source == ConfigSource.DEFAULT_CONFIG.value
         assert entry.synonyms == {}
+
+
+def _join(wire: KafkaWire, group: str, topic: str):
+    """A KIP-848 member joining ``group`` (ConsumerGroupHeartbeat v1 at epoch 0)."""
+    return wire.request(68, 1, message(
+        68, "request", group_id=group, member_id=f"{group}-member", member_epoch=0,
+        rebalance_timeout_ms=30000, subscribed_topic_names=[topic], topic_partitions=[]))
+
+
+def _members(wire: KafkaWire, group: str) -> int:
+    (described,) = wire.request(69, 1, message(69, "request", group_ids=[group])).groups
+    return len(described.members)
+
+
+def test_group_configs_set_a_consumer_groups_heartbeat_interval_and_session_timeout(tmp_path):
+    """consumer.heartbeat.interval.ms and consumer.session.timeout.ms of a GROUP resource
+    are what the KIP-848 coordinator gives that group's members and expires them by (other
+    groups keep the broker's 5 s and 45 s)."""
+    with BrokerThread(tmp_path / "data") as b:
+        assert wire_incremental(b.bootstrap, GROUP, "tuned",
+                                ("consumer.heartbeat.interval.ms", "6000", 0),
+                                ("consumer.session.timeout.ms", "55000", 0)) == (0, None)
+        with KafkaWire.connect(b.bootstrap) as w:
+            w.request(19, 7, message(19, "request", topics=[message(
+                19, "request", "CreatableTopic", name="gc", num_partitions=2,
+                replication_factor=1)], timeout_ms=10000))
+            tuned, plain = _join(w, "tuned", "gc"), _join(w, "plain", "gc")
+            assert (tuned.error_code, tuned.heartbeat_interval_ms) == (0, 6000)
+            assert (plain.error_code, plain.heartbeat_interval_ms) == (0, 5000)
+            b.advance(50)  # past the broker's 45 s, within the tuned group's 55 s
+            assert (_members(w, "tuned"), _members(w, "plain")) == (1, 0)
+            b.advance(6)
+            assert _members(w, "tuned") == 0
