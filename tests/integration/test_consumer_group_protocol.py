@@ -7,7 +7,8 @@
 - a regular expression subscription picks up a topic created after the consumer joined.
 - a transactional copier whose consumer uses the new protocol (send_offsets_to_transaction
   with the consumer's group metadata: member id and member epoch) is exactly-once, with
-  aborts.
+  aborts; and across two SIGKILLs of a broker process, each inside a transaction whose
+  offsets were sent (the same with a classic group).
 - Java kafka-clients 3.9.1 (the protocol is a preview there; ConsumerGroupHeartbeat v0,
   member ids given by the coordinator; a Pattern subscription is resolved by the client,
   which sends topic names): two members, a third joins, one leaves, every record once with
@@ -32,9 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from semel.broker.testing import BrokerThread
+from semel.broker.testing import BrokerProcess, BrokerThread
 from tests.javaclient import program_command, require_java, run_java
-from tests.kafka_wire import KafkaWire, make_topic
+from tests.kafka_wire import KafkaWire, create_topic, make_topic
 
 JAVA_MEMBERS = Path(__file__).resolve().parents[1] / "java" / "Kip848Members.java"
 PARTITIONS = 6
@@ -325,16 +326,19 @@ def read_committed(bootstrap: str, topic: str, partitions: int = 2) -> list[byte
 
 
 def run_copier(bootstrap: str, input_: str, output: str, group: str, seed: int,
-               on_transaction=None) -> int:
+               on_transaction=None, consumer_extra: dict | None = None,
+               producer_extra: dict | None = None) -> int:
     """Copy ``input_`` to ``output`` ("in-" -> "out-") in transactions with the consumer's
-    offsets, aborting about one in three; returns the number of aborts. ``on_transaction(n)``
-    runs before the n-th commit."""
+    offsets, aborting about one in three; returns the number of aborts.
+    ``on_transaction(n, offsets)`` runs before the n-th commit, with the offsets that
+    transaction sent."""
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
     rng = random.Random(seed)
-    consumer = Consumer(consumer_config(bootstrap, group, **{"isolation.level": "read_committed"}))
+    consumer = Consumer(consumer_config(bootstrap, group, **{"isolation.level": "read_committed"},
+                                        **(consumer_extra or {})))
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": group,
-                         "linger.ms": 1})
+                         "linger.ms": 1, **(producer_extra or {})})
     producer.init_transactions(TIMEOUT_S)
     consumer.subscribe([input_])
     aborts = transactions = 0
@@ -353,12 +357,13 @@ def run_copier(bootstrap: str, input_: str, output: str, group: str, seed: int,
             for m in batch:
                 producer.produce(output, value=m.value().replace(b"in-", b"out-", 1),
                                  partition=m.partition())
-            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), TIMEOUT_S)
+            offsets = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(),
+                                                 TIMEOUT_S)
             transactions += 1
             abort = rng.random() < 1 / 3
             if not abort and on_transaction is not None:
-                on_transaction(transactions)
+                on_transaction(transactions, offsets)
             for _attempt in range(5):
                 try:
                     if abort:
@@ -432,6 +437,57 @@ def test_java_transactional_copier(shared_broker):
     finally:
         consumer.close()
     assert sum(committed) == 60
+
+
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_confluent_transactional_copier_across_sigkill(tmp_path, protocol):
+    """The copier above against a broker process that is SIGKILLed twice, each time inside
+    a transaction whose offsets were already sent (AddOffsetsToTxn and TxnOffsetCommit
+    done, commit not yet asked), and restarted on the same data directory and port: in
+    the first transaction to commit, and in the one whose offsets reach the end of the
+    input (no later commit can cover its offsets). The pending offsets and the output
+    records must commit together once the broker is back (or be aborted and copied again),
+    never one without the other. The KIP-848 member goes on at its member epoch after the
+    restart. The classic group runs the same scenario.
+
+    The producer sets ``metadata.recovery.strategy=none``: with librdkafka's default
+    (rebootstrap) a client that sees its only broker down decommissions the broker handle
+    but keeps it in its coordinator cache, so the next send_offsets_to_transaction after
+    the restart waits for that dead handle forever (AddOffsetsToTxn answered, TxnOffsetCommit
+    never sent; librdkafka issue #5511, open as of 2.16, for both group protocols and
+    against Kafka alike)."""
+    data = tmp_path / "data"
+    overrides = {**OVERRIDES, "group.initial.rebalance.delay.ms": "0"}  # the classic group
+    broker = BrokerProcess(data, overrides).start()
+    kills: list[int] = []  # the transactions in which the broker died
+    # the latest offset sent by partition (one the consumer has read nothing from since a
+    # seek has no position, and librdkafka sends no offset for it)
+    sent: dict[int, int] = {}
+
+    def sigkill_and_restart(transaction: int, offsets) -> None:
+        nonlocal broker
+        sent.update((tp.partition, tp.offset) for tp in offsets if tp.offset >= 0)
+        at_end = sum(sent.values()) == len(values)
+        if not kills or (at_end and kills[-1] != transaction and len(kills) < 2):
+            port = broker.port
+            broker.kill()  # SIGKILL to the broker's own pid
+            broker = BrokerProcess(data, overrides, port=port).start()
+            kills.append(transaction)
+
+    try:
+        bootstrap = broker.bootstrap
+        with KafkaWire.connect(bootstrap) as wire:
+            create_topic(wire, "crash-in", 2)
+            create_topic(wire, "crash-out", 2)
+        values = seed_input(bootstrap, "crash-in", 60)
+        extra = {} if protocol == "consumer" else {"group.protocol": "classic"}
+        run_copier(bootstrap, "crash-in", "crash-out", "crash-copier", seed=5,
+                   on_transaction=sigkill_and_restart, consumer_extra=extra,
+                   producer_extra={"metadata.recovery.strategy": "none"})
+        assert len(kills) == 2
+        assert_exactly_once(bootstrap, values, "crash-in", "crash-out", "crash-copier")
+    finally:
+        broker.stop()
 
 
 # -- state across a restart, over the wire ---------------------------------------------------
