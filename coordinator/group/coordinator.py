@@ -112,6 +112,9 @@ class GroupCoordinator:
         self.clock = clock
         # a group's GROUP config overrides (consumer.session.timeout.ms, ...) by group id
         self.group_configs = group_configs
+        # whether a group id is a share group's (KIP-932, coordinator/share/; set by the
+        # broker): one namespace, so classic and consumer group requests refuse it
+        self.share_group: Callable[[str], bool] = lambda _group_id: False
         self.num_partitions = config.offsets_topic_num_partitions
         self.shard: GroupCoordinatorShard | None = None  # made by _state() on first use
         self.timer: LoopTimer | None = None
@@ -235,6 +238,10 @@ class GroupCoordinator:
     # -- operations (the handlers' API) -------------------------------------------------
 
     async def join_group(self, info: RequestInfo, req):
+        if self.share_group(req.group_id):  # Kafka's classicGroupJoin on a share group
+            from semel.coordinator.group.group_manager import _join_error
+
+            return _join_error("", Error.INCONSISTENT_GROUP_PROTOCOL)
         fut, respond = self._future()
         self._call(self._state().group_manager.join_group, info, req, respond)
         return await fut
@@ -252,6 +259,11 @@ class GroupCoordinator:
 
     async def consumer_group_heartbeat(self, info: RequestInfo, req):
         """ConsumerGroupHeartbeat (KIP-848): the response once its records are durable."""
+        if self.share_group(req.group_id):
+            from semel.coordinator.group.consumer_group_manager import _error
+
+            return _error(Error.GROUP_ID_NOT_FOUND,
+                          f"Group {req.group_id} is not a consumer group.")
         fut, respond = self._future()
         self._call(self._state().consumer_manager.heartbeat, info.client_id, info.client_host,
                    info.api_version, req, respond)
@@ -262,6 +274,10 @@ class GroupCoordinator:
 
     async def commit_offsets(self, info: RequestInfo, req):
         """Per-topic results (OffsetCommitResponseTopic) once the commit is durable."""
+        if self.share_group(req.group_id):  # a share group commits no offsets (Kafka)
+            from semel.coordinator.group.offset_manager import _commit_error_response
+
+            return _commit_error_response(req, Error.GROUP_ID_NOT_FOUND)
         fut, respond = self._future()
         self._call(self._state().offset_manager.commit_offsets, info, req, respond)
         return await fut
@@ -414,7 +430,9 @@ class GroupCoordinator:
                           GROUP_METADATA_TOPIC_NAME, partition, e)
             self.loading.discard(partition)
             self._call(self._state().on_loaded, partition)
-        log.info("loaded %d groups from %s in %d ms", len(self._state().group_manager.groups),
+        state = self._state()
+        log.info("loaded %d classic and %d consumer groups from %s in %d ms",
+                 len(state.group_manager.groups), len(state.consumer_manager.groups),
                  GROUP_METADATA_TOPIC_NAME, self.clock() - started)
         self._state().schedule_cleanup()
 
