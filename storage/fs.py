@@ -7,6 +7,10 @@ partial write), make writes short, fail fsync or truncate, counts fsyncs, and re
 many bytes of each file were fsynced (and which new files had their directory entry fsynced)
 so `simulate_power_loss()` can cut every file back to what a real power loss could leave.
 
+`fsync_async` is the flusher's fsync of a round without a thread (storage/aio_fsync.py,
+Linux AIO): the real file system submits the descriptors; the faulty one counts, fails or
+records it exactly as `_fsync` does, so fault and power-loss tests cover that path too.
+
 Threading: a `FileHandle` may be fsynced from an executor thread while the event loop
 appends to it; everything else happens on the loop.
 """
@@ -19,12 +23,23 @@ import shutil
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from semel.storage.aio_fsync import AioFsync
 
 
 class MetadataFileError(RuntimeError):
     """A broker metadata file (topic list, meta.properties, producer id block) that cannot be
     read. The broker refuses to start rather than guess: guessing could drop topics or hand
     out a producer id twice. The message names the file and what is wrong with it."""
+
+
+class AioUnsupported(OSError):
+    """The kernel refuses AIO fdatasync requests (EINVAL, storage/aio_fsync.py): the caller
+    uses a thread instead."""
 
 
 class FileHandle:
@@ -141,6 +156,15 @@ class RealFileSystem:
         finally:
             os.close(fd)
 
+    def fsync_async(self, handles: list[FileHandle], aio: AioFsync) -> asyncio.Future | None:
+        """fdatasync ``handles`` through ``aio`` (on the loop; same effect as `_fsync` on
+        each); a future of None, or of the first failure. Raises AioUnsupported, or OSError
+        if the requests could not be queued. None: call `_fsync` in a thread instead (a
+        subclass with its own `_fsync`, such as a test's disk that holds fsyncs)."""
+        if type(self)._fsync is not RealFileSystem._fsync:
+            return None
+        return aio.submit([handle.fd for handle in handles])
+
     # -- low-level hooks FaultyFileSystem overrides --------------------------------------
 
     def _opened(self, handle: FileHandle, created: bool) -> None:
@@ -250,6 +274,36 @@ class FaultyFileSystem(RealFileSystem):
         super()._fsync(handle)
         with self._lock:
             self._synced[handle.path] = max(size, self._synced.get(handle.path, 0))
+
+    def fsync_async(self, handles: list[FileHandle], aio: AioFsync) -> asyncio.Future | None:
+        """As `_fsync` per handle: counted, failed by `fsync_error` (the future fails, as a
+        failed kernel request would), and on success each file is synced up to the size it
+        had when the request was made. None for a subclass with its own `_fsync`."""
+        if type(self)._fsync is not FaultyFileSystem._fsync:
+            return None
+        with self._lock:
+            for handle in handles:
+                self.fsync_calls[handle.path] += 1
+        failing = [h for h in handles if self.fsync_error is not None and self._applies(h.path)]
+        if failing:
+            import asyncio  # the seam is also used without an event loop
+
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(OSError(self.fsync_error, os.strerror(self.fsync_error),
+                                         failing[0].path))
+            return future
+        sizes = [(handle.path, handle.size()) for handle in handles]
+        future = aio.submit([handle.fd for handle in handles])
+
+        def synced(done: asyncio.Future) -> None:  # runs before the waiter's own callback
+            if done.cancelled() or done.exception() is not None:
+                return
+            with self._lock:
+                for path, size in sizes:
+                    self._synced[path] = max(size, self._synced.get(path, 0))
+
+        future.add_done_callback(synced)
+        return future
 
     def fsync_dir(self, path: str | Path) -> None:
         if self.fsync_error is not None and self._applies(os.fspath(path)):

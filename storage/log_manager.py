@@ -14,7 +14,10 @@ Files in `<data_dir>/`:
                                 are renamed `<dir>.<uuid hex>-delete` and removed off-loop
 
 Background tasks started by `start()`: the flusher (group commit: one fsync per dirty
-partition per round in an executor thread, then high watermarks advance, waiters resolve and
+partition per round off the loop - through Linux native AIO where the round is only log
+files' fdatasyncs (aio_fsync.py: no thread, the completion wakes the loop), else in the
+long-lived fsync thread (sync_thread.py) for a round of one partition or the executor's
+threads for several -, then high watermarks advance, waiters resolve and
 `on_high_watermark(partition_log)` is called; a round starts one turn of the event loop
 after the append that asked for it, so what tasks woken meanwhile append shares it), the
 retention check every
@@ -49,13 +52,15 @@ from semel.storage.checkpoint import read_offset_checkpoint, write_offset_checkp
 # the cleaning itself (cleaner.py, the worker, selection) is imported on the first cleaning
 from semel.storage.cleaner.state import CLEANER_OFFSET_CHECKPOINT, CleanerCheckpoint, CleanerStats
 from semel.storage.config import LogConfig
-from semel.storage.fs import MetadataFileError, RealFileSystem
-from semel.storage.partition_log import PartitionLog, partition_dir_name
+from semel.storage.fs import AioUnsupported, MetadataFileError, RealFileSystem
+from semel.storage.partition_log import FlushJob, PartitionLog, partition_dir_name
 from semel.storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from semel.storage.recovery import open_partition_log
+from semel.storage.sync_thread import SyncThread
 from semel.storage.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
+    from semel.storage.aio_fsync import AioFsync
     from semel.storage.cleaner.cleaner import CleaningResult
     from semel.storage.cleaner.process import CleanerProcess, CleanerThread
 
@@ -195,6 +200,9 @@ class LogManager:
         self._log_start_dirty = False
         self._doomed_dirs: list[str] = []
         self._executor: ThreadPoolExecutor | None = None
+        self._sync_thread: SyncThread | None = None
+        self._aio: AioFsync | None = None  # opened by the first round that can use it
+        self._aio_usable = True
         self._flusher: asyncio.Task | None = None
         self._retention: asyncio.Task | None = None
         self._producer_expiration: asyncio.Task | None = None
@@ -222,6 +230,7 @@ class LogManager:
         fs.mkdir(self.data_dir)
         self._lock()
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="semel-storage")
+        self._sync_thread = SyncThread(loop)
         self._load_meta_properties()
         self._load_topics()
         clean = fs.exists(self._path(CLEAN_SHUTDOWN_FILE))
@@ -295,9 +304,7 @@ class LogManager:
             log.error("could not complete a clean shutdown of %s: %s", self.data_dir, exc)
         self._logs.clear()
         self._dirty.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self._stop_threads()
         self._unlock()
 
     async def abandon(self) -> None:
@@ -321,10 +328,21 @@ class LogManager:
             plog.close(flush=False)
         self._logs.clear()
         self._dirty.clear()
+        self._stop_threads()
+        self._unlock()
+
+    def _stop_threads(self) -> None:
+        """Wait for the fsyncs in flight (AIO, the fsync thread, the executor) to finish."""
+        if self._aio is not None:
+            self._aio.close()
+            self._aio = None
+        self._aio_usable = True
+        if self._sync_thread is not None:
+            self._sync_thread.close()
+            self._sync_thread = None
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        self._unlock()
 
     def _lock(self) -> None:
         fd = os.open(self._path(LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
@@ -706,14 +724,14 @@ class LogManager:
         if len(jobs) == 1:  # the common round of a light load: no gather around one job
             plog, job = jobs[0]
             try:
-                await loop.run_in_executor(self._executor, plog.run_flush, job)
+                await self._start_job(plog, job, True)
             except Exception as exc:  # noqa: BLE001 - the fsync's failure, handed to the log
                 plog.complete_flush(job, exc)
             else:
                 plog.complete_flush(job, None)
         elif jobs:
             results = await asyncio.gather(
-                *(loop.run_in_executor(self._executor, plog.run_flush, job) for plog, job in jobs),
+                *(self._start_job(plog, job, False) for plog, job in jobs),
                 return_exceptions=True,
             )
             for (plog, job), result in zip(jobs, results, strict=True):
@@ -724,6 +742,33 @@ class LogManager:
             except OSError as exc:
                 log.error("writing %s failed: %s", LOG_START_OFFSET_CHECKPOINT, exc)
         await self.purge_deleted()
+
+    def _start_job(self, plog: PartitionLog, job: FlushJob, alone: bool) -> asyncio.Future:
+        """Start the fsyncs of one partition's round: a job of log files only through native
+        AIO where the kernel offers it (no thread at all), else in a thread - the fsync
+        thread for a round's only job, the executor's threads for one of several (they run
+        in parallel). The future fails with the fsync's error."""
+        if job.handles is not None and self._aio_usable:
+            aio = self._aio
+            if aio is None:
+                from semel.storage.aio_fsync import AioFsync  # ctypes: on the first round
+
+                aio = self._aio = AioFsync.open(asyncio.get_running_loop())
+                self._aio_usable = aio is not None
+            if aio is not None:
+                try:
+                    future = self.fs.fsync_async(job.handles, aio)
+                    if future is not None:
+                        return future
+                except AioUnsupported:
+                    log.info("the kernel refuses AIO fdatasync: flushing in a thread")
+                    self._aio_usable = False
+                except OSError as exc:  # not queued (EAGAIN, say): nothing synced, no fault
+                    log.warning("%s: AIO fdatasync not queued (%s): flushing in a thread",
+                                plog.topic_partition, exc)
+        if alone:
+            return self._sync_thread.submit(plog.run_flush, job)
+        return asyncio.get_running_loop().run_in_executor(self._executor, plog.run_flush, job)
 
     async def purge_deleted(self) -> None:
         """Remove deleted segment files and doomed directories, off the loop."""

@@ -91,7 +91,7 @@ from semel.protocol.validator import (
 from semel.storage.config import LOG_APPEND_TIME as LOG_APPEND_TIME_CONFIG
 from semel.storage.config import LogConfig
 from semel.storage.file_region import FileRegion
-from semel.storage.fs import RealFileSystem
+from semel.storage.fs import FileHandle, RealFileSystem
 from semel.storage.producer_state import (
     ORIGIN_CLIENT,
     ORIGIN_REPLICATION,
@@ -215,6 +215,9 @@ class FlushJob:
     fsync_dir: bool
     generation: int
     snapshots: list[str]  # producer snapshot files to fsync
+    # when the round is only fdatasyncs of log files (the usual round: no roll, snapshot,
+    # new file or transaction index entry), their handles, for FileSystem.fsync_async
+    handles: list[FileHandle] | None = None
 
 
 def _batch_headers(records, *, from_client: bool) -> list[BatchHeader]:
@@ -1005,10 +1008,20 @@ class PartitionLog:
         )
         self._snapshots_unflushed = []
         self._dir_dirty = False
+        if not job.snapshots and not job.fsync_dir:
+            handles = []
+            for segment, with_indexes in segments:
+                found = None if with_indexes else segment.log_sync_handles()
+                if found is None:
+                    break
+                handles += found
+            else:
+                job.handles = handles
         return job
 
     def run_flush(self, job: FlushJob) -> None:
-        """fsync everything `job` covers; runs in an executor thread (fsync calls only)."""
+        """fsync everything `job` covers; runs in a thread (fsync calls only). A job with
+        `handles` may instead be given to `FileSystem.fsync_async` (the same fsyncs)."""
         for segment, with_indexes in job.segments:
             segment.flush(with_indexes)
         for path in job.snapshots:
@@ -1091,15 +1104,28 @@ class PartitionLog:
         """Return once every record before `offset` is fsynced (high watermark >= offset);
         pass `AppendResult.next_offset`. Immediate when not durable. Raises
         KafkaError(KAFKA_STORAGE_ERROR) if the fsync covering it failed."""
+        fut = self.durable_future(offset, asyncio.get_running_loop())
+        if fut is not None:
+            await fut
+
+    def durable_future(
+        self, offset: int, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future | None:
+        """`wait_durable` without its coroutine, for a caller that waits on many requests'
+        behalf (the produce handler): None if every record before `offset` is durable
+        already, else a future of `loop` that resolves with None once it is, or fails with
+        KafkaError(KAFKA_STORAGE_ERROR). A caller that stops waiting cancels it (a failure
+        set later would otherwise be logged as never retrieved). Raises that KafkaError
+        at once if the log cannot become durable (offline or closed)."""
         if not self.durable or offset <= self.high_watermark:
-            return
+            return None
         if self.offline or self.closed:
             raise KafkaError(
                 Error.KAFKA_STORAGE_ERROR, f"{self.topic_partition} cannot become durable"
             )
-        fut = asyncio.get_running_loop().create_future()
+        fut = loop.create_future()
         heapq.heappush(self._waiters, (offset, next(self._waiter_seq), fut))
-        await fut
+        return fut
 
     def _resolve_waiters(self) -> None:
         waiters = self._waiters

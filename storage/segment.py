@@ -647,6 +647,15 @@ class LogSegment:
             self.offset_index.flush()
             self.time_index.flush()
 
+    def log_sync_handles(self) -> list[FileHandle] | None:
+        """What ``flush(with_indexes=False)`` fsyncs, when that is all it does: the log's
+        handle (none once closed); None if the transaction index has entries to sync too
+        (that flush then runs as such, in a thread)."""
+        if self.txn_index.dirty:
+            return None
+        log = self._log
+        return [] if log is None or log.closed else [log]
+
     def close(self, *, for_deletion: bool = False) -> None:
         """Close the files (once no reader pins the segment). ``for_deletion``: the segment
         leaves the log (retention, a cleaning's swap): index entries not yet written are

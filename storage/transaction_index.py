@@ -166,6 +166,11 @@ class TransactionIndex:
                     f"than start offset {self.base_offset}"
                 )
 
+    @property
+    def dirty(self) -> bool:
+        """Whether entries changed since the last flush."""
+        return self._dirty
+
     def flush(self) -> None:
         """fsync if anything changed since the last flush (any thread)."""
         if self._dirty and self._handle is not None and not self._handle.closed:

@@ -13,7 +13,7 @@ before appending (internal topic, transaction verification).
 
 - acks 0: no response; if any partition fails the connection is closed (Kafka does this so
   the producer notices and refreshes metadata). acks 1: answer after the append. acks -1
-  ("all"): answer once the data is fsynced (group commit, ``PartitionLog.wait_durable``;
+  ("all"): answer once the data is fsynced (group commit, ``PartitionLog.durable_future``;
   immediate with log.flush.mode=none), bounded by ``timeout_ms`` when it is positive
   (REQUEST_TIMED_OUT after it, the data stays appended, as in Kafka). Other values:
   INVALID_REQUIRED_ACKS.
@@ -556,26 +556,51 @@ async def _durable_failures(waits: list[tuple[object, int]],
                             timeout_ms: int) -> list[tuple[Error, str | None] | None]:
     """Per (log, offset): None once the log is durable up to the offset, else the error and
     message to answer (REQUEST_TIMED_OUT after ``timeout_ms`` when positive, the data staying
-    appended as in Kafka; KAFKA_STORAGE_ERROR for a failed fsync)."""
-    pending = asyncio.gather(*(plog.wait_durable(offset) for plog, offset in waits),
-                             return_exceptions=True)
-    pending.add_done_callback(_retrieve)  # cancelled with its request: nobody else reads it
-    try:
-        if timeout_ms > 0:
-            results = await asyncio.wait_for(pending, timeout_ms / 1000)
+    appended as in Kafka; KAFKA_STORAGE_ERROR for a failed fsync). The request's task waits
+    on the logs' futures itself, under one timer: no task, gather or wait_for per request."""
+    loop = asyncio.get_running_loop()
+    results: list = [None] * len(waits)
+    pending = []
+    for i, (plog, offset) in enumerate(waits):
+        try:
+            future = plog.durable_future(offset, loop)
+        except KafkaError as e:
+            results[i] = e
         else:
-            results = await pending
-    except TimeoutError:
-        results = [None if plog.high_watermark >= offset
-                   else KafkaError(Error.REQUEST_TIMED_OUT) for plog, offset in waits]
+            if future is not None:
+                pending.append((i, future))
+    if pending:
+        timer = (loop.call_later(timeout_ms / 1000, _time_out, pending) if timeout_ms > 0
+                 else None)
+        try:
+            for i, future in pending:
+                try:
+                    await future
+                except _TimedOut:
+                    plog, offset = waits[i]
+                    if plog.high_watermark < offset:
+                        results[i] = KafkaError(Error.REQUEST_TIMED_OUT)
+                except Exception as e:  # noqa: BLE001 - the fsync's failure is the answer
+                    results[i] = e
+        finally:  # also when the request is cancelled (its connection closed)
+            if timer is not None:
+                timer.cancel()
+            for _, future in pending:  # nobody reads a failure set later: none is logged
+                if not future.cancel() and not future.cancelled():
+                    future.exception()
     return [None if result is None
             else (result.code, result.message) if isinstance(result, KafkaError)
             else (Error.KAFKA_STORAGE_ERROR, repr(result)) for result in results]
 
 
-def _retrieve(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()
+class _TimedOut(Exception):
+    """The produce request's timeout passed while it waited for the disk."""
+
+
+def _time_out(pending: list[tuple[int, asyncio.Future]]) -> None:
+    for _, future in pending:
+        if not future.done():
+            future.set_exception(_TimedOut())
 
 
 def _fail(response: PartitionProduceResponse, code: Error, message: str | None) -> None:
