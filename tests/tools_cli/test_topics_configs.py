@@ -113,14 +113,26 @@ def test_broker_configs(cli_broker):
     configs = {c["name"]: c for c in resource["configs"]}
     assert configs["super.users"]["value"] == "User:ANONYMOUS"
     assert configs["transaction.partition.verification.enable"]["value"] == "false"
-    # semel has no dynamic broker configs: none shown without --all, and altering is refused
-    dynamic = semel("configs", "describe", "--broker", resource["entity_name"], bootstrap=b,
-                    json_output=True).json["resources"][0]["configs"]
-    assert dynamic == []
-    result = semel("configs", "alter", "--broker", resource["entity_name"], "--add-config",
-                   "log.retention.ms=1000", bootstrap=b)
+    # dynamic broker configs: none until one is set; a key Kafka allows to change at runtime
+    # is set and shown as DYNAMIC_BROKER_CONFIG, a static one refused (INVALID_REQUEST)
+    broker = resource["entity_name"]
+
+    def dynamic() -> dict[str, str]:
+        configs = semel("configs", "describe", "--broker", broker, bootstrap=b,
+                        json_output=True).json["resources"][0]["configs"]
+        return {c["name"]: (c["value"], c["source"]) for c in configs}
+
+    assert dynamic() == {}
+    assert semel("configs", "alter", "--broker", broker, "--add-config",
+                 "log.retention.ms=3600000", bootstrap=b).returncode == 0
+    assert dynamic() == {"log.retention.ms": ("3600000", "DYNAMIC_BROKER_CONFIG")}
+    result = semel("configs", "alter", "--broker", broker, "--add-config",
+                   "log.dirs=/elsewhere", bootstrap=b)
     assert result.returncode == 1
     assert result.error_line.startswith("semel configs alter: INVALID_REQUEST:")
+    assert semel("configs", "alter", "--broker", broker, "--delete-config",
+                 "log.retention.ms", bootstrap=b).returncode == 0
+    assert dynamic() == {}
 
 
 def test_delete(cli_broker, admin):
