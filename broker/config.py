@@ -666,6 +666,49 @@ class BrokerConfig:
         "non-empty classic group joined by a consumer-protocol member), downgrade (a consumer "
         "group whose last consumer-protocol member leaves), both, or neither.",
     )
+    # share groups (KIP-932): Kafka's GroupCoordinatorConfig / ShareGroupConfig keys
+    group_share_session_timeout_ms: int = _int(
+        45000, "Session timeout of share group members.", lo=1
+    )
+    group_share_min_session_timeout_ms: int = _int(
+        45000, "Smallest share.session.timeout.ms a share group may be given.", lo=1
+    )
+    group_share_max_session_timeout_ms: int = _int(
+        60000, "Largest share.session.timeout.ms a share group may be given.", lo=1
+    )
+    group_share_heartbeat_interval_ms: int = _int(
+        5000, "Heartbeat interval the coordinator gives share group members.", lo=1
+    )
+    group_share_min_heartbeat_interval_ms: int = _int(
+        5000, "Smallest share.heartbeat.interval.ms a share group may be given.", lo=1
+    )
+    group_share_max_heartbeat_interval_ms: int = _int(
+        15000, "Largest share.heartbeat.interval.ms a share group may be given.", lo=1
+    )
+    group_share_max_size: int = _int(
+        200, "Most members a share group may have (GROUP_MAX_SIZE_REACHED beyond).",
+        lo=1, hi=1000,
+    )
+    group_share_record_lock_duration_ms: int = _int(
+        30000, "How long a share group member holds the records it acquired before they are "
+        "released to the group again.", lo=1000, hi=3600000,
+    )
+    group_share_min_record_lock_duration_ms: int = _int(
+        15000, "Smallest share.record.lock.duration.ms a share group may be given.",
+        lo=1000, hi=30000,
+    )
+    group_share_max_record_lock_duration_ms: int = _int(
+        60000, "Largest share.record.lock.duration.ms a share group may be given.",
+        lo=30000, hi=3600000,
+    )
+    group_share_delivery_count_limit: int = _int(
+        5, "Deliveries of a record to share group members before it is archived.",
+        lo=2, hi=10,
+    )
+    group_share_partition_max_record_locks: int = _int(
+        2000, "Most records in flight (acquired or awaiting redelivery) per share-partition.",
+        lo=100, hi=10000,
+    )
     offset_metadata_max_bytes: int = _int(
         4096, "Longest metadata string of a committed offset (else OFFSET_METADATA_TOO_LARGE)."
     )
@@ -1045,7 +1088,29 @@ def _check(config: BrokerConfig) -> None:
             f"group.min.session.timeout.ms ({config.group_min_session_timeout_ms}) must not "
             f"exceed group.max.session.timeout.ms ({config.group_max_session_timeout_ms})"
         )
+    _check_share_groups(config)
     _check_listeners(config)
+
+
+def _check_share_groups(config: BrokerConfig) -> None:
+    """Kafka's GroupCoordinatorConfig / ShareGroupConfig requirements on group.share.*."""
+    for what, unit in (("session.timeout", "ms"), ("heartbeat.interval", "ms"),
+                       ("record.lock.duration", "ms")):
+        attr = what.replace(".", "_")
+        value = getattr(config, f"group_share_{attr}_{unit}")
+        lo = getattr(config, f"group_share_min_{attr}_{unit}")
+        hi = getattr(config, f"group_share_max_{attr}_{unit}")
+        if not lo <= value <= hi:
+            raise ConfigError(
+                f"group.share.{what}.{unit} ({value}) must be within "
+                f"group.share.min.{what}.{unit} ({lo}) and group.share.max.{what}.{unit} ({hi})"
+            )
+    if config.group_share_heartbeat_interval_ms >= config.group_share_session_timeout_ms:
+        raise ConfigError(
+            f"group.share.heartbeat.interval.ms ({config.group_share_heartbeat_interval_ms}) "
+            "must be less than group.share.session.timeout.ms "
+            f"({config.group_share_session_timeout_ms})"
+        )
 
 
 def _check_listeners(config: BrokerConfig) -> None:

@@ -11,12 +11,13 @@ Keys, their broker-level defaults and Kafka's bounds::
     share.heartbeat.interval.ms     group.share.heartbeat.interval.ms (5000), 5000..15000
     share.record.lock.duration.ms   group.share.record.lock.duration.ms (30000), 15000..60000
     share.auto.offset.reset         latest, earliest or by_duration:<ISO-8601 duration>
+    share.isolation.level           read_uncommitted (default) or read_committed
 
 A session timeout must exceed the heartbeat interval. As in Kafka, a change is validated
 against the group's whole new override set, unset keys taking GroupConfig's own defaults (not
 the broker's); DescribeConfigs shows unset keys with the broker's values. The broker values
 come from BrokerConfig attributes of those names when semel has them, else Kafka's defaults.
-Share groups are not served; their keys are stored and shown as Kafka does.
+Share groups read their keys through coordinator/share/config.py (ShareGroupSettings).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ GROUP_CONFIG_DEFS: dict[str, GroupConfigDef] = {d.name: d for d in (
     GroupConfigDef("share.auto.offset.reset", "share.auto.offset.reset", "latest", None,
                    "The strategy to initialize the share-partition start offset: earliest, "
                    "latest or by_duration:<duration>."),
+    GroupConfigDef("share.isolation.level", "share.isolation.level", "read_uncommitted", None,
+                   "Controls how to read records written transactionally: read_committed "
+                   "delivers only committed transactional records, read_uncommitted all."),
     GroupConfigDef("share.heartbeat.interval.ms", "group.share.heartbeat.interval.ms", 5000,
                    1, "The heartbeat interval given to the members of this share group."),
     GroupConfigDef("share.record.lock.duration.ms", "group.share.record.lock.duration.ms",
@@ -74,7 +78,9 @@ _BROKER_DEFAULTS = {
     "group.consumer.heartbeat.interval.ms": 5000, "group.consumer.session.timeout.ms": 45000,
     "group.share.heartbeat.interval.ms": 5000, "group.share.session.timeout.ms": 45000,
     "group.share.record.lock.duration.ms": 30000, "share.auto.offset.reset": "latest",
+    "share.isolation.level": "read_uncommitted",
 }
+_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _DURATION = re.compile(r"P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:\.\d+)?S)?)?", re.IGNORECASE)
 
 
@@ -91,6 +97,12 @@ def broker_defaults(broker_config) -> dict[str, int | str]:
 
 def _parse(definition: GroupConfigDef, value: str) -> int | str:
     name = definition.name
+    if name == "share.isolation.level":
+        if value not in _ISOLATION_LEVELS:
+            raise KafkaError(Error.INVALID_CONFIG,
+                             f"Invalid value {value} for configuration {name}: String must "
+                             f"be one of: {', '.join(_ISOLATION_LEVELS)}")
+        return value
     if definition.at_least is None:
         v = value.strip()
         if v.lower() in ("latest", "earliest"):

@@ -24,6 +24,11 @@ State (read on the broker's event loop when scraped; the HTTP server's thread wa
   semel_consumer_group_{committed_offset,lag}{group,topic,partition} (capped, see
   MAX_GROUP_PARTITION_SERIES), semel_consumer_group_lag_{sum,max}{group},
   semel_consumer_group_members{group}, semel_consumer_groups{state}
+  semel_share_{inflight,acquired}_records{group,topic,partition} (share groups, KIP-932:
+  records between a share-partition's start and end offsets, and those of them locked by
+  a member; capped with the consumer group series), semel_share_inflight_records_sum{group},
+  semel_share_{delivered,redelivered}_records_total{group} (records acquired by members,
+  and of those the ones delivered again), semel_share_group_members{group}
   semel_live_producer_ids, semel_active_transactional_ids, semel_transactional_ids{state},
   semel_transaction_oldest_ongoing_age_seconds, semel_coordinator_partitions_loading,
   semel_two_phase_commit_{transactions,transactions_overdue,oldest_age_seconds}
@@ -399,6 +404,10 @@ class _Snapshot:
         self.group_lag: list[tuple[str, int, int]] = []  # group, sum, max
         self.group_members: list[tuple[str, int]] = []
         self.group_states: dict[str, int] = {}
+        self.share_partitions: list[tuple[str, str, int, int, int]] = []  # + inflight, acq.
+        self.share_inflight: dict[str, int] = {}  # group -> in-flight records, summed
+        self.share_delivered: list[tuple[str, int, int]] = []  # group, acquired, redelivered
+        self.share_members: list[tuple[str, int]] = []
         self.live_producer_ids: int | None = None
         self.txn_states: dict[str, int] = {}
         self.oldest_ongoing_ms = 0
@@ -485,6 +494,7 @@ class BrokerStateCollector:
                                     len(plog.segments)))
         if broker is not None:
             self._read_groups(snap, broker.group_coordinator, internal)
+            self._read_share_groups(snap, broker)
         self._read_transactions(snap)
         return snap
 
@@ -536,6 +546,31 @@ class BrokerStateCollector:
                     series += 1
                     snap.group_offsets.append((group_id, topic, partition, committed, lag))
             snap.group_lag.append((group_id, total, largest))
+
+    def _read_share_groups(self, snap: _Snapshot, broker) -> None:
+        """The live share-partitions (those used since start) and the delivery counters."""
+        manager = broker.share_manager
+        series = len(snap.group_offsets)  # one cap over both kinds of per-partition series
+        for key, sp in sorted(manager.partitions.items(),
+                              key=lambda kv: (kv[0].group_id, str(kv[0].topic_id),
+                                              kv[0].partition)):
+            info = self.log_manager.topic_by_id(key.topic_id)
+            if info is None:
+                continue
+            inflight = sp.in_flight_count
+            snap.share_inflight[key.group_id] = snap.share_inflight.get(key.group_id, 0) \
+                + inflight
+            if series < MAX_GROUP_PARTITION_SERIES:
+                series += 1
+                snap.share_partitions.append((key.group_id, info.name, key.partition,
+                                              inflight, sp.acquired_count))
+        redelivered = manager.redelivered_records_total
+        snap.share_delivered = [(group, n, redelivered.get(group, 0))
+                                for group, n in sorted(manager.acquired_records_total.items())]
+        membership = broker.share_membership_if_made
+        if membership is not None:
+            snap.share_members = [(group_id, len(group.members))
+                                  for group_id, group in sorted(membership.groups.items())]
 
     def _read_transactions(self, snap: _Snapshot) -> None:
         coordinator = self.txn_coordinator
@@ -658,7 +693,7 @@ def _families(s: _Snapshot) -> list:
                                "GroupMetadataManager NumGroups<state>).", labels=["state"])
     for state, n in sorted(s.group_states.items()):
         groups.add_metric([state], n)
-    out += [committed, lag, lag_sum, lag_max, members, groups]
+    out += [committed, lag, lag_sum, lag_max, members, groups, *_share_families(s)]
 
     producers = GaugeMetricFamily(
         "semel_live_producer_ids",
@@ -695,6 +730,45 @@ def _families(s: _Snapshot) -> list:
                               "How long the oldest open two-phase commit transaction has "
                               "been open (0: none).", value=oldest_2pc_ms / 1000)]
     return out
+
+
+def _share_families(s: _Snapshot) -> list:
+    """Share groups' families (KIP-932; Kafka's SharePartitionMetrics InFlightMessageCount,
+    the delivery counts of ShareGroupMetrics)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    gtp = ["group", "topic", "partition"]
+    inflight = GaugeMetricFamily(
+        "semel_share_inflight_records", "Records of a share-partition between its start "
+        "and end offsets: delivered or deliverable, not yet acknowledged past the start "
+        "offset (Kafka's SharePartition InFlightMessageCount).", labels=gtp)
+    acquired = GaugeMetricFamily(
+        "semel_share_acquired_records", "Records of a share-partition acquired (locked) by "
+        "a member, awaiting its acknowledgement or the lock's expiry.", labels=gtp)
+    for group, topic, partition, n_inflight, n_acquired in s.share_partitions:
+        inflight.add_metric([group, topic, str(partition)], n_inflight)
+        acquired.add_metric([group, topic, str(partition)], n_acquired)
+    inflight_sum = GaugeMetricFamily(
+        "semel_share_inflight_records_sum",
+        "In-flight records of a share group over all its live share-partitions.",
+        labels=["group"])
+    for group, n in sorted(s.share_inflight.items()):
+        inflight_sum.add_metric([group], n)
+    delivered = CounterMetricFamily(
+        "semel_share_delivered_records", "Records acquired by (delivered to) members of a "
+        "share group, redeliveries included.", labels=["group"])
+    redelivered = CounterMetricFamily(
+        "semel_share_redelivered_records", "Records delivered to members of a share group "
+        "again (delivery count above 1: released, lock expired, or the member left).",
+        labels=["group"])
+    for group, n_acquired, n_redelivered in s.share_delivered:
+        delivered.add_metric([group], n_acquired)
+        redelivered.add_metric([group], n_redelivered)
+    members = GaugeMetricFamily("semel_share_group_members", "Members of a share group.",
+                                labels=["group"])
+    for group, n in s.share_members:
+        members.add_metric([group], n)
+    return [inflight, acquired, inflight_sum, delivered, redelivered, members]
 
 
 def _buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, int]]:

@@ -28,7 +28,7 @@ from semel.broker.security.endpoint import ListenerEndpoint
 from semel.coordinator.group import GroupConfig, GroupCoordinator
 from semel.coordinator.producer_id import ProducerIdManager
 from semel.coordinator.producer_principal import ProducerPrincipals
-from semel.coordinator.share.config import ShareGroupSettings
+from semel.coordinator.share.config import ShareGroupConfig, ShareGroupSettings
 from semel.coordinator.share.manager import SharePartitionManager
 from semel.coordinator.transaction import LogMarkerWriter, TransactionCoordinator, TxnConfig
 from semel.storage.config import LogConfig
@@ -127,9 +127,10 @@ class Broker:
         # share groups (KIP-932): share-partitions (state in __share_group_state), share
         # sessions, membership (in memory; group ids shared with the group coordinator's)
         self.share_manager = SharePartitionManager(
-            self.log_manager, clock=clock, group_settings=lambda group_id:
-            ShareGroupSettings.from_configs(self.dynamic_configs.group_overrides(group_id)))
+            self.log_manager, ShareGroupConfig.from_broker_config(config), clock=clock,
+            group_settings=self._share_group_settings)
         self._share_membership = None  # made on first use: see share_membership
+        self.group_coordinator.share_group = self._is_share_group
         # transaction coordinator (transactional ids in __transaction_state); markers go
         # to the partition logs, those of __consumer_offsets through the group coordinator
         self.txn_coordinator = TransactionCoordinator(
@@ -258,19 +259,52 @@ class Broker:
         (``share_service``), made on first use - on the event loop, by a share group
         request - so the share codecs load then rather than at broker start (issue 18)."""
         if self._share_membership is None:
-            from semel.coordinator.share.membership import ShareGroupMembership
+            from semel.coordinator.share.membership import (
+                ShareGroupMembership,
+                ShareMembershipConfig,
+            )
             from semel.coordinator.share.service import ShareService
 
             self._share_membership = ShareGroupMembership(
                 ShareService(self.share_manager), self.log_manager, clock=self.clock,
-                other_group=self._other_group)
+                config=ShareMembershipConfig.from_broker_config(self.config),
+                other_group=self._other_group, group_settings=self._share_group_settings)
             self._share_membership.start()
+        return self._share_membership
+
+    @property
+    def share_membership_if_made(self):
+        """Share group membership, or None while no share group request made it."""
         return self._share_membership
 
     @property
     def share_service(self):
         """ShareFetch / ShareAcknowledge: share sessions over ``share_manager``."""
         return self.share_membership.service
+
+    def share_admin(self, create: bool = True):
+        """Share group administration (coordinator/share/admin.py). With ``create`` False
+        (ListGroups, DescribeGroups, DeleteGroups) None while no share group was ever seen,
+        so those APIs load no share code on a broker without share groups."""
+        if not create and self._share_membership is None \
+                and not self.share_manager.store.states:
+            return None
+        from semel.coordinator.share.admin import ShareGroupAdmin
+
+        membership = self.share_membership if create else self._share_membership
+        return ShareGroupAdmin(membership, self.share_manager, self.log_manager,
+                               other_group=self._other_group)
+
+    def _share_group_settings(self, group_id: str) -> ShareGroupSettings:
+        """A share group's own share.* configs (GROUP resource overrides)."""
+        return ShareGroupSettings.from_configs(self.dynamic_configs.group_overrides(group_id))
+
+    def _is_share_group(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a share group: one with members or durable state."""
+        membership = self._share_membership
+        if membership is not None and group_id in membership.groups:
+            return True
+        return any(key.group_id == group_id for key in self.share_manager.store.states)
 
     def _other_group(self, group_id: str) -> bool:
         """Whether ``group_id`` is a classic or consumer group (not a share group)."""

@@ -92,6 +92,10 @@ APIS: tuple[Api, ...] = (
     Api(77, "ShareGroupDescribe", 1, 1),
     Api(78, "ShareFetch", 1, 1),
     Api(79, "ShareAcknowledge", 1, 1),
+    # share group offsets admin (KIP-932): Kafka 4.1's versions; v1 of Describe adds the lag
+    Api(90, "DescribeShareGroupOffsets", 0, 1),
+    Api(91, "AlterShareGroupOffsets", 0, 0),
+    Api(92, "DeleteShareGroupOffsets", 0, 0),
 )
 
 # The share group APIs (in APIS above), for the code that treats them as a set.

@@ -2,7 +2,8 @@
 
 Deletes empty groups and their committed offsets (tombstones in ``__consumer_offsets``,
 answered once durable). GROUP_ID_NOT_FOUND for unknown groups, NON_EMPTY_GROUP for groups
-with members. Repeated names are answered once. v2: flexible.
+with members. Repeated names are answered once. v2: flexible. A share group (KIP-932) is
+deleted when empty with its share-partition state (coordinator/share/admin.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ async def handle(ctx, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
     gc = coordinator(ctx)
     results = []
     deletable = []
+    share = ctx.broker.share_admin(create=False)
     for group_id in dict.fromkeys(req.groups_names):
         if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, group_id):
             error = Error.GROUP_AUTHORIZATION_FAILED
@@ -30,6 +32,8 @@ async def handle(ctx, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
             error = gc.check_available(group_id)
         if error:
             results.append(DeletableGroupResult(group_id, error))
+        elif share is not None and share.exists(group_id):
+            results.append(DeletableGroupResult(group_id, await share.delete_group(group_id)))
         else:
             deletable.append(group_id)
     if deletable:

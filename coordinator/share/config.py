@@ -18,7 +18,8 @@ _DURATION = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class ShareGroupConfig:
-    """Broker-wide limits (Kafka's ShareGroupConfig and ShareCoordinatorConfig)."""
+    """Broker-wide limits (Kafka's ShareGroupConfig and ShareCoordinatorConfig); the
+    broker's ``group.share.*`` keys through ``from_broker_config``."""
     record_lock_duration_ms: int = 30_000  # group.share.record.lock.duration.ms
     delivery_count_limit: int = 5  # group.share.delivery.count.limit
     partition_max_record_locks: int = 2000  # group.share.partition.max.record.locks
@@ -26,6 +27,12 @@ class ShareGroupConfig:
     snapshot_update_records_per_snapshot: int = 500
     state_topic_num_partitions: int = 50  # share.coordinator.state.topic.num.partitions
     state_topic_segment_bytes: int = 100 * 1024 * 1024  # ...state.topic.segment.bytes
+
+    @classmethod
+    def from_broker_config(cls, config) -> ShareGroupConfig:
+        return cls(record_lock_duration_ms=config.group_share_record_lock_duration_ms,
+                   delivery_count_limit=config.group_share_delivery_count_limit,
+                   partition_max_record_locks=config.group_share_partition_max_record_locks)
 
     def __post_init__(self) -> None:
         if self.delivery_count_limit < 2:
@@ -62,6 +69,8 @@ class ShareGroupSettings:
     auto_offset_reset: AutoOffsetReset = AutoOffsetReset()
     isolation_level: str = "read_uncommitted"
     record_lock_duration_ms: int | None = None
+    session_timeout_ms: int | None = None  # share.session.timeout.ms
+    heartbeat_interval_ms: int | None = None  # share.heartbeat.interval.ms
 
     def __post_init__(self) -> None:
         if self.isolation_level not in ("read_uncommitted", "read_committed"):
@@ -73,7 +82,11 @@ class ShareGroupSettings:
 
     @classmethod
     def from_configs(cls, configs: dict[str, str]) -> ShareGroupSettings:
-        lock = configs.get("share.record.lock.duration.ms")
+        def number(name: str) -> int | None:
+            value = configs.get(name)
+            return int(value) if value is not None else None
+
         return cls(AutoOffsetReset.parse(configs.get("share.auto.offset.reset", "latest")),
                    configs.get("share.isolation.level", "read_uncommitted").lower(),
-                   int(lock) if lock is not None else None)
+                   number("share.record.lock.duration.ms"),
+                   number("share.session.timeout.ms"), number("share.heartbeat.interval.ms"))

@@ -100,6 +100,10 @@ class SharePartitionManager:
         self._expiry_task: asyncio.Task | None = None
         self._reloading: asyncio.Task | None = None
         self.active = False
+        # per group, for the metrics: records acquired (delivered) and of those the
+        # redeliveries (delivery count above 1), since start
+        self.acquired_records_total: dict[str, int] = {}
+        self.redelivered_records_total: dict[str, int] = {}
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -188,7 +192,22 @@ class SharePartitionManager:
             return result  # reloaded meanwhile: these acquisitions are void
         result.records = _slice(data, headers, acquired)
         result.acquired = acquired
+        if acquired:
+            self._count_acquired(group_id, acquired)
         return result
+
+    def _count_acquired(self, group_id: str, acquired: list[AcquiredRecords]) -> None:
+        total = redelivered = 0
+        for run in acquired:
+            n = run.last_offset - run.first_offset + 1
+            total += n
+            if run.delivery_count > 1:
+                redelivered += n
+        self.acquired_records_total[group_id] = \
+            self.acquired_records_total.get(group_id, 0) + total
+        if redelivered:
+            self.redelivered_records_total[group_id] = \
+                self.redelivered_records_total.get(group_id, 0) + redelivered
 
     async def acknowledge(self, group_id: str, member_id: str, topic_id: UUID, partition: int,
                           batches: Sequence[AcknowledgementBatch]) -> tuple[Error, str | None]:
@@ -235,6 +254,8 @@ class SharePartitionManager:
 
     async def delete_group(self, group_id: str) -> Error:
         """Forget the group's share-partition state (tombstones)."""
+        self.acquired_records_total.pop(group_id, None)
+        self.redelivered_records_total.pop(group_id, None)
         for key in list(self.partitions):
             if key.group_id == group_id:
                 del self.partitions[key]

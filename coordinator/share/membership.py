@@ -19,6 +19,9 @@
   Members are taken in member id order; unlike Kafka's builder this one is not sticky: a
   change of members may move partitions that did not need to move (a share group's records
   are acquired per fetch, so nothing is lost by a move).
+- The session timeout and heartbeat interval are the group's own
+  ``share.session.timeout.ms`` / ``share.heartbeat.interval.ms`` (GROUP configs, through
+  ``group_settings``), else the broker's ``group.share.*`` values (``config``).
 - A member whose heartbeats stop for ``group.share.session.timeout.ms`` is removed; a
   member that leaves or is removed has its share session dropped and its acquired records
   released (``ShareService.member_left``).
@@ -45,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from semel.coordinator.share.config import ShareGroupSettings
 from semel.coordinator.share.service import ShareService
 from semel.protocol.errors import Error
 from semel.protocol.messages import share_group_describe_response as describe_resp
@@ -64,6 +68,11 @@ class ShareMembershipConfig:
     session_timeout_ms: int = 45_000  # group.share.session.timeout.ms
     heartbeat_interval_ms: int = 5_000  # group.share.heartbeat.interval.ms
     max_size: int = 200  # group.share.max.size
+
+    @classmethod
+    def from_broker_config(cls, config) -> ShareMembershipConfig:
+        return cls(config.group_share_session_timeout_ms,
+                   config.group_share_heartbeat_interval_ms, config.group_share_max_size)
 
     def __post_init__(self) -> None:
         for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_size"):
@@ -126,8 +135,11 @@ class ShareGroupMembership:
     def __init__(self, service: ShareService, log_manager, *, clock: Callable[[], int],
                  config: ShareMembershipConfig | None = None,
                  other_group: Callable[[str], bool] = lambda _group_id: False,
+                 group_settings: Callable[[str], ShareGroupSettings] | None = None,
                  check_interval_ms: int = 1000) -> None:
         self.service = service
+        # a group's share.session.timeout.ms / share.heartbeat.interval.ms (None: config's)
+        self.group_settings = group_settings or (lambda _group_id: ShareGroupSettings())
         self.log_manager = log_manager
         self.clock = clock
         self.config = config or ShareMembershipConfig()
@@ -179,6 +191,7 @@ class ShareGroupMembership:
         if self.other_group(group_id):
             return _hb_error(Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
         group = self.groups.get(group_id)
+        session_timeout_ms, heartbeat_interval_ms = self._timeouts(group_id)
         if epoch == LEAVE_EPOCH:
             if group is None or member_id not in group.members:
                 return _hb_error(Error.UNKNOWN_MEMBER_ID,
@@ -186,7 +199,7 @@ class ShareGroupMembership:
             await self._remove(group, member_id)
             return hb_resp.ShareGroupHeartbeatResponse(
                 member_id=member_id, member_epoch=LEAVE_EPOCH,
-                heartbeat_interval_ms=self.config.heartbeat_interval_ms)
+                heartbeat_interval_ms=heartbeat_interval_ms)
         if group is None:
             if epoch != JOIN_EPOCH:  # see the module docstring: not GROUP_ID_NOT_FOUND
                 return _hb_error(Error.UNKNOWN_MEMBER_ID,
@@ -234,16 +247,23 @@ class ShareGroupMembership:
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = group.assignment_epoch
             member.assignment = target
-        member.deadline_ms = self.clock() + self.config.session_timeout_ms
+        member.deadline_ms = self.clock() + session_timeout_ms
         response = hb_resp.ShareGroupHeartbeatResponse(
             member_id=member_id, member_epoch=member.member_epoch,
-            heartbeat_interval_ms=self.config.heartbeat_interval_ms)
+            heartbeat_interval_ms=heartbeat_interval_ms)
         if epoch == JOIN_EPOCH or req.subscribed_topic_names is not None \
                 or member.assignment != old:
             response.assignment = hb_resp.Assignment(
                 [hb_resp.TopicPartitions(topic_id, list(partitions))
                  for topic_id, partitions in member.assignment.items()])
         return response
+
+    def _timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout, heartbeat interval) of a group: its own configs, else the
+        broker's."""
+        settings = self.group_settings(group_id)
+        return (settings.session_timeout_ms or self.config.session_timeout_ms,
+                settings.heartbeat_interval_ms or self.config.heartbeat_interval_ms)
 
     def _subscribed_topics(self, group: ShareGroup) -> dict[str, tuple[UUID, int]]:
         names = {name for member in group.members.values() for name in member.subscribed}

@@ -169,6 +169,11 @@ class SharePartition:
     def in_flight_count(self) -> int:
         return self.end_offset - self.start_offset
 
+    @property
+    def acquired_count(self) -> int:
+        """Records ACQUIRED by some member now."""
+        return sum(1 for r in self.records.values() if r.state == RecordState.ACQUIRED)
+
     def next_fetch_offset(self) -> int:
         """The first offset that may be acquired: an AVAILABLE (or never durable) record in
         flight, else the end offset."""

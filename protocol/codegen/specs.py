@@ -39,6 +39,9 @@ KAFKA_SOURCE_SPECS = frozenset({
     "ShareAcknowledgeRequest", "ShareAcknowledgeResponse",
     "ShareGroupHeartbeatRequest", "ShareGroupHeartbeatResponse",
     "ShareGroupDescribeRequest", "ShareGroupDescribeResponse",
+    "DescribeShareGroupOffsetsRequest", "DescribeShareGroupOffsetsResponse",
+    "AlterShareGroupOffsetsRequest", "AlterShareGroupOffsetsResponse",
+    "DeleteShareGroupOffsetsRequest", "DeleteShareGroupOffsetsResponse",
 })
 
 
