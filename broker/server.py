@@ -125,7 +125,8 @@ class Broker:
             self.log_manager, GroupConfig.from_broker_config(config), clock=clock,
             group_configs=self.dynamic_configs.group_overrides)
         # share groups (KIP-932): share-partitions (state in __share_group_state), share
-        # sessions, membership (in memory; group ids shared with the group coordinator's)
+        # sessions, membership (in __consumer_offsets; group ids shared with the group
+        # coordinator's)
         self.share_manager = SharePartitionManager(
             self.log_manager, ShareGroupConfig.from_broker_config(config), clock=clock,
             group_settings=self._share_group_settings)
@@ -268,7 +269,9 @@ class Broker:
             self._share_membership = ShareGroupMembership(
                 ShareService(self.share_manager), self.log_manager, clock=self.clock,
                 config=ShareMembershipConfig.from_broker_config(self.config),
-                other_group=self._other_group, group_settings=self._share_group_settings)
+                other_group=self._other_group, group_settings=self._share_group_settings,
+                records=self.group_coordinator.share_records,
+                write=self.group_coordinator.write_share_records)
             self._share_membership.start()
         return self._share_membership
 
@@ -286,12 +289,15 @@ class Broker:
         """Share group administration (coordinator/share/admin.py). With ``create`` False
         (ListGroups, DescribeGroups, DeleteGroups) None while no share group was ever seen,
         so those APIs load no share code on a broker without share groups."""
+        loaded = self.group_coordinator.has_share_groups()  # share groups in the log
         if not create and self._share_membership is None \
-                and not self.share_manager.store.states:
+                and not self.share_manager.store.states and not loaded:
             return None
         from semel.coordinator.share.admin import ShareGroupAdmin
 
-        membership = self.share_membership if create else self._share_membership
+        membership = self.share_membership if create or loaded else self._share_membership
+        if membership is not None:
+            membership.ensure_loaded()
         return ShareGroupAdmin(membership, self.share_manager, self.log_manager,
                                other_group=self._other_group)
 
@@ -303,6 +309,8 @@ class Broker:
         """Whether ``group_id`` is a share group: one with members or durable state."""
         membership = self._share_membership
         if membership is not None and group_id in membership.groups:
+            return True
+        if self.group_coordinator.knows_share_group(group_id):
             return True
         return any(key.group_id == group_id for key in self.share_manager.store.states)
 

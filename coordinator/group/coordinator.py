@@ -416,6 +416,33 @@ class GroupCoordinator:
             log.exception("group coordinator write completion failed")
         self._drain()
 
+    # -- share group membership records (KIP-932, coordinator/share/membership.py) --------
+
+    async def write_share_records(self, group_id: str, records: list) -> Error:
+        """Append a share group's membership records; NONE once durable, else the error."""
+        error = self.check_available(group_id) or self.ensure_topic()
+        if error:
+            return error
+        fut, respond = self._future()
+        self._call(self._state().write_share, group_id, records,
+                   lambda error, _base: respond(error))
+        return await fut
+
+    def share_records(self):
+        """The share group records loaded from the log (``ShareGroupRecords``), or None
+        while the coordinator is not active or still loading."""
+        if not self.active or self.loading:
+            return None
+        return self._state().share_records
+
+    def has_share_groups(self) -> bool:
+        """Whether the log holds any share group (none before the shard is made)."""
+        return self.shard is not None and bool(self.shard.share_records.groups)
+
+    def knows_share_group(self, group_id: str) -> bool:
+        """Whether the log holds share group ``group_id``."""
+        return self.shard is not None and self.shard.share_records.knows(group_id)
+
     # -- loading ------------------------------------------------------------------------
 
     async def _load_all(self) -> None:

@@ -7,7 +7,9 @@ value (null = tombstone) starts with an int16 value version. Strings are int16-l
   key v0/v1  OffsetCommitKey     group string, topic string, partition int32
   key v2     GroupMetadataKey    group string
   key v3-8   consumer group (KIP-848) records: ``consumer_records``
-  key v9+    records of share and streams groups: not ours, skipped on load
+  key v9     ConsumerGroupRegularExpression: not ours, skipped on load
+  key v10-14 share group (KIP-932) records: ``coordinator.share.group_records``
+  key v15+   share-partition metadata and streams group records: skipped on load
 
   OffsetCommitValue v0-4 (v4 flexible): offset int64, [v3+ leader_epoch int32],
       metadata string, commit_timestamp int64, [v1 only: expire_timestamp int64]
@@ -30,6 +32,8 @@ from dataclasses import dataclass, field
 
 from semel.coordinator.group import consumer_records
 from semel.coordinator.group.consumer_records import ConsumerGroupKey, ConsumerGroupValue
+from semel.coordinator.share import group_records as share_records
+from semel.coordinator.share.group_records import ShareGroupKey, ShareGroupValue
 from semel.protocol.errors import ProtocolError
 from semel.protocol.primitives import (
     decode_guarded,
@@ -103,8 +107,8 @@ class GroupMetadataValue:
     members: list[MemberMetadata] = field(default_factory=list)
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
-RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue
+RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | ShareGroupKey
+RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue | ShareGroupValue
 
 
 @dataclass(slots=True)
@@ -135,6 +139,8 @@ def encode_key(key: RecordKey) -> bytes:
         out += _I32.pack(key.partition)
     elif isinstance(key, ConsumerGroupKey):
         consumer_records.encode_key(key, out)
+    elif isinstance(key, ShareGroupKey):
+        share_records.encode_key(key, out)
     else:
         out += _I16.pack(GROUP_METADATA_KEY_VERSION)
         write_string(out, key.group)
@@ -159,6 +165,8 @@ def _decode_key(buf: memoryview, pos: int) -> RecordKey:
         return GroupMetadataKey(group)
     if version in consumer_records.KEY_VERSIONS:
         return consumer_records.decode_key(version, buf, pos)
+    if version in share_records.KEY_VERSIONS:
+        return share_records.decode_key(version, buf, pos)
     raise UnknownRecordType(version)
 
 
@@ -173,6 +181,8 @@ def encode_value(value: RecordValue | None) -> bytes | None:
         _encode_offset_commit_value(value, out)
     elif isinstance(value, GroupMetadataValue):
         _encode_group_metadata_value(value, out)
+    elif isinstance(value, share_records.SHARE_VALUE_TYPES):
+        share_records.encode_value(value, out)
     else:
         consumer_records.encode_value(value, out)
     return bytes(out)
@@ -221,6 +231,9 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
     if isinstance(key, ConsumerGroupKey):
         return decode_guarded(
             lambda buf, pos: consumer_records.decode_value(key.record_type, buf, pos), data, 0)
+    if isinstance(key, ShareGroupKey):
+        return decode_guarded(
+            lambda buf, pos: share_records.decode_value(key.record_type, buf, pos), data, 0)
     return decode_guarded(_decode_group_metadata_value, data, 0)
 
 

@@ -34,6 +34,7 @@ from semel.coordinator.group.records import (
 )
 from semel.coordinator.group.timer import CLEANUP_KEY, Timer
 from semel.coordinator.partitioning import java_string_hash, partition_for
+from semel.coordinator.share.group_records import ShareGroupKey, ShareGroupRecords
 from semel.protocol.errors import Error, KafkaError
 from semel.protocol.messages.delete_groups_response import DeletableGroupResult
 
@@ -84,6 +85,10 @@ class GroupCoordinatorShard:
         self.consumer_manager.classic_manager = self.group_manager
         self.offset_manager = OffsetMetadataManager(config, clock, self.group_manager,
                                                     self._write)
+        # share group (KIP-932) records as the log holds them (loaded, then each durable
+        # write): share membership (coordinator/share/) builds its groups from them on
+        # start and writes through ``write_share``
+        self.share_records = ShareGroupRecords()
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -95,6 +100,20 @@ class GroupCoordinatorShard:
         producer_id, producer_epoch = txn if txn is not None else (-1, -1)
         self.writes.append(PendingWrite(self.partition_for(group_id), records, on_done,
                                         producer_id, producer_epoch, group_id))
+
+    def write_share(self, group_id: str, records: list[CoordinatorRecord],
+                    on_done: WriteDone | None) -> None:
+        """Queue share group membership records (the membership's own state); once durable
+        they are applied to ``share_records`` too, which so stays what the log holds."""
+
+        def done(error: Error, base_offset: int) -> None:
+            if not error:
+                for record in records:
+                    self.share_records.replay(record.key, record.value)
+            if on_done is not None:
+                on_done(error, base_offset)
+
+        self._write(group_id, records, done)
 
     def take_writes(self) -> list[PendingWrite]:
         writes, self.writes = self.writes, []
@@ -191,6 +210,8 @@ class GroupCoordinatorShard:
                                                      producer_id)
         elif isinstance(record.key, ConsumerGroupKey):
             self.consumer_manager.replay(record.key, record.value)
+        elif isinstance(record.key, ShareGroupKey):
+            self.share_records.replay(record.key, record.value)
         else:
             self.group_manager.replay_group_metadata(record.key, record.value)
 

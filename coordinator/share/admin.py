@@ -88,7 +88,7 @@ class ShareGroupAdmin:
             return Error.NON_EMPTY_GROUP
         error = await self.manager.delete_group(group_id)
         if error == Error.NONE and self.membership is not None:
-            self.membership.groups.pop(group_id, None)
+            error = await self.membership.delete_group(group_id)
         return error
 
     # -- DescribeShareGroupOffsets ------------------------------------------------------
@@ -140,7 +140,7 @@ class ShareGroupAdmin:
                 error_code=int(Error.NON_EMPTY_GROUP),
                 error_message="The group is not empty.")
         if group is None and self.membership is not None:  # Kafka creates it, empty
-            self.membership.groups[group_id] = ShareGroup(group_id)
+            await self.membership.create_group(group_id)
         responses = []
         for name, partitions in topics:
             info = self.log_manager.topics.get(name)

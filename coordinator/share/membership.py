@@ -30,24 +30,35 @@
 - Group ids are one namespace: a heartbeat for a group that is a classic or consumer group
   (``other_group``) is GROUP_ID_NOT_FOUND "Group ... is not a share group.", as in Kafka.
 
-Membership is kept in memory only (Kafka persists it as ShareGroupMetadata /
-ShareGroupMemberMetadata records in ``__consumer_offsets``): after a broker restart every
-member is unknown, gets UNKNOWN_MEMBER_ID and rejoins with epoch 0, which is what Kafka's
-share consumers do. So a heartbeat with a non-zero epoch for a share group not known here is
-UNKNOWN_MEMBER_ID (as if the group had been kept, empty) rather than Kafka's
-GROUP_ID_NOT_FOUND, which librdkafka treats as fatal. What the members acknowledged lives in ``__share_group_state``, which
-is durable. Time is the injectable ``clock``; ``expire_members`` (run by a background task
+Membership is persisted as Kafka does, in ``__consumer_offsets`` with Kafka's share group
+records (``group_records``: ShareGroupMetadata, ShareGroupMemberMetadata, target assignment
+metadata and members, current member assignments), written through the group coordinator
+(``write``) after every change of a group and before the answer, as the difference between
+the group's records now and those last written (changed values, tombstones for what went;
+what a failed write missed goes with the next). On start
+the groups are built from the loaded records (``records``; heartbeats wait with
+COORDINATOR_LOAD_IN_PROGRESS while the log loads), so after a restart a member continues at
+its epoch; every loaded member gets a fresh session, as in Kafka. ShareGroupMetadata's
+metadata hash is semel's own hash of the subscribed topics (ids and partition counts), not
+Kafka's: a group whose topics changed while the broker was down starts a new epoch on its
+next heartbeat. A heartbeat with a non-zero epoch for a share group not known here is still
+UNKNOWN_MEMBER_ID rather than Kafka's GROUP_ID_NOT_FOUND, which librdkafka treats as fatal.
+What the members acknowledged lives in ``__share_group_state``. Time is the injectable ``clock``; ``expire_members`` (run by a background task
 every ``check_interval_ms`` and before every heartbeat) removes expired members.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from semel.coordinator.group.group_manager import append_error_to_response_error
+from semel.coordinator.group.records import CoordinatorRecord
+from semel.coordinator.share import group_records as gr
 from semel.coordinator.share.config import ShareGroupSettings
 from semel.coordinator.share.service import ShareService
 from semel.protocol.errors import Error
@@ -136,8 +147,19 @@ class ShareGroupMembership:
                  config: ShareMembershipConfig | None = None,
                  other_group: Callable[[str], bool] = lambda _group_id: False,
                  group_settings: Callable[[str], ShareGroupSettings] | None = None,
-                 check_interval_ms: int = 1000) -> None:
+                 check_interval_ms: int = 1000,
+                 records: Callable[[], gr.ShareGroupRecords | None] | None = None,
+                 write: Callable[[str, list[CoordinatorRecord]], Awaitable[Error]] | None = None
+                 ) -> None:
+        """``records()``: the share group records loaded from ``__consumer_offsets`` (None
+        while loading); ``write(group_id, records)`` appends records and answers the error
+        once durable. Without them membership is kept in memory only."""
         self.service = service
+        self.records = records
+        self.write = write
+        self._loaded = records is None
+        # per group, the records the log holds (the last durable write, or the load)
+        self._written: dict[str, dict[gr.ShareGroupKey, gr.ShareGroupValue]] = {}
         # a group's share.session.timeout.ms / share.heartbeat.interval.ms (None: config's)
         self.group_settings = group_settings or (lambda _group_id: ShareGroupSettings())
         self.log_manager = log_manager
@@ -177,7 +199,114 @@ class ShareGroupMembership:
         for group, member_id in expired:
             log.info("share group %s: member %s expired", group.group_id, member_id)
             await self._remove(group, member_id)
+            error = await self._persist(group.group_id)
+            if error:
+                log.warning("share group %s: records of expired member %s not written: %s",
+                            group.group_id, member_id, error.name)
         return len(expired)
+
+    # -- persistence --------------------------------------------------------------------
+
+    def ensure_loaded(self) -> bool:
+        """Build the groups from the loaded records once they are loaded; whether they are."""
+        if self._loaded:
+            return True
+        image = self.records() if self.records is not None else None
+        if image is None:
+            return False
+        self.load(image)
+        self._loaded = True
+        return True
+
+    def load(self, image: gr.ShareGroupRecords) -> None:
+        """The share groups of ``image``; every member with a fresh session."""
+        now = self.clock()
+        for group_id in image.group_ids():
+            if group_id in self.groups:
+                continue
+            group = self.groups[group_id] = ShareGroup(group_id)
+            self._written[group_id] = dict(image.groups[group_id])
+            metadata_hash = 0
+            for key, value in image.groups[group_id].items():
+                if isinstance(value, gr.ShareGroupMetadataValue):
+                    group.group_epoch, metadata_hash = value.epoch, value.metadata_hash
+                elif isinstance(value, gr.ShareTargetAssignmentMetadataValue):
+                    group.assignment_epoch = value.assignment_epoch
+                elif isinstance(value, gr.ShareTargetAssignmentMemberValue):
+                    group.target[key.member] = {t: list(p) for t, p in value.topic_partitions}
+                elif isinstance(value, gr.ShareMemberMetadataValue):
+                    member = group.members.setdefault(key.member, ShareGroupMember(key.member))
+                    member.rack_id, member.client_id = value.rack_id, value.client_id
+                    member.client_host = value.client_host
+                    member.subscribed = tuple(value.subscribed_topic_names)
+                elif isinstance(value, gr.ShareCurrentMemberAssignmentValue):
+                    member = group.members.setdefault(key.member, ShareGroupMember(key.member))
+                    member.member_epoch = value.member_epoch
+                    member.previous_member_epoch = value.previous_member_epoch
+                    member.assignment = {t: list(p) for t, p in value.assigned}
+            session_timeout_ms, _interval = self._timeouts(group_id)
+            for member in group.members.values():
+                member.deadline_ms = now + session_timeout_ms
+            topics = self._subscribed_topics(group)
+            # unchanged topics: as they were; else the next heartbeat starts a new epoch
+            group.topics = topics if _metadata_hash(topics) == metadata_hash else {}
+            log.info("share group %s loaded at epoch %d with %d members", group_id,
+                     group.group_epoch, len(group.members))
+
+    def _image(self, group: ShareGroup | None) -> dict[gr.ShareGroupKey, gr.ShareGroupValue]:
+        """The records that describe ``group`` now (none for None)."""
+        if group is None or self.write is None:
+            return {}
+        group_id = group.group_id
+        image: dict[gr.ShareGroupKey, gr.ShareGroupValue] = {
+            gr.ShareGroupKey(gr.SHARE_GROUP_METADATA, group_id):
+                gr.ShareGroupMetadataValue(group.group_epoch, _metadata_hash(group.topics)),
+            gr.ShareGroupKey(gr.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, group_id):
+                gr.ShareTargetAssignmentMetadataValue(group.assignment_epoch)}
+        for member_id, member in group.members.items():
+            image[gr.ShareGroupKey(gr.SHARE_GROUP_MEMBER_METADATA, group_id, member_id)] = \
+                gr.ShareMemberMetadataValue(member.rack_id, member.client_id,
+                                            member.client_host, list(member.subscribed))
+            image[gr.ShareGroupKey(gr.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id,
+                                   member_id)] = gr.ShareCurrentMemberAssignmentValue(
+                member.member_epoch, member.previous_member_epoch, gr.MEMBER_STATE_STABLE,
+                gr.topic_partitions(member.assignment))
+        for member_id, target in group.target.items():
+            image[gr.ShareGroupKey(gr.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, group_id,
+                                   member_id)] = gr.ShareTargetAssignmentMemberValue(
+                gr.topic_partitions(target))
+        return image
+
+    async def _persist(self, group_id: str) -> Error:
+        """Write what changed in ``group_id``'s records since they were last written."""
+        if self.write is None:
+            return Error.NONE
+        before = self._written.get(group_id, {})
+        after = self._image(self.groups.get(group_id))
+        records = [CoordinatorRecord(key, None) for key in before if key not in after]
+        records += [CoordinatorRecord(key, value) for key, value in after.items()
+                    if before.get(key) != value]
+        if not records:
+            return Error.NONE
+        error = await self.write(group_id, records)
+        if error == Error.NONE:
+            if after:
+                self._written[group_id] = after
+            else:
+                self._written.pop(group_id, None)
+        return error
+
+    async def delete_group(self, group_id: str) -> Error:
+        """Forget a group (DeleteGroups): its records become tombstones."""
+        self.groups.pop(group_id, None)
+        return await self._persist(group_id)
+
+    async def create_group(self, group_id: str) -> Error:
+        """An empty group (AlterShareGroupOffsets on a group not known), written."""
+        if group_id in self.groups:
+            return Error.NONE
+        self.groups[group_id] = ShareGroup(group_id)
+        return await self._persist(group_id)
 
     # -- ShareGroupHeartbeat ------------------------------------------------------------
 
@@ -186,6 +315,8 @@ class ShareGroupMembership:
         error = _invalid(req)
         if error is not None:
             return _hb_error(Error.INVALID_REQUEST, error)
+        if not self.ensure_loaded():
+            return _hb_error(Error.COORDINATOR_LOAD_IN_PROGRESS)
         await self.expire_members()
         group_id, member_id, epoch = req.group_id, req.member_id, req.member_epoch
         if self.other_group(group_id):
@@ -197,6 +328,9 @@ class ShareGroupMembership:
                 return _hb_error(Error.UNKNOWN_MEMBER_ID,
                                  f"Member {member_id} is not a member of group {group_id}.")
             await self._remove(group, member_id)
+            error = await self._persist(group_id)
+            if error:
+                return _hb_error(append_error_to_response_error(error))
             return hb_resp.ShareGroupHeartbeatResponse(
                 member_id=member_id, member_epoch=LEAVE_EPOCH,
                 heartbeat_interval_ms=heartbeat_interval_ms)
@@ -248,6 +382,9 @@ class ShareGroupMembership:
             member.member_epoch = group.assignment_epoch
             member.assignment = target
         member.deadline_ms = self.clock() + session_timeout_ms
+        error = await self._persist(group_id)
+        if error:
+            return _hb_error(append_error_to_response_error(error))
         response = hb_resp.ShareGroupHeartbeatResponse(
             member_id=member_id, member_epoch=member.member_epoch,
             heartbeat_interval_ms=heartbeat_interval_ms)
@@ -292,6 +429,9 @@ class ShareGroupMembership:
     # -- ShareGroupDescribe -------------------------------------------------------------
 
     def describe(self, group_id: str) -> describe_resp.DescribedGroup:
+        if not self.ensure_loaded():
+            return describe_resp.DescribedGroup(
+                error_code=int(Error.COORDINATOR_LOAD_IN_PROGRESS), group_id=group_id)
         group = self.groups.get(group_id)
         if group is None:
             message = f"Group {group_id} is not a share group." if self.other_group(group_id) \
@@ -314,6 +454,14 @@ class ShareGroupMembership:
             group_id=group_id, group_state=group.state, group_epoch=group.group_epoch,
             assignment_epoch=group.assignment_epoch, assignor_name=ASSIGNOR_NAME,
             members=members)
+
+
+def _metadata_hash(topics: dict[str, tuple[UUID, int]]) -> int:
+    """A signed 64-bit hash of the subscribed topics (name, id, partition count)."""
+    if not topics:
+        return 0
+    text = ";".join(f"{name}:{topics[name][0]}:{topics[name][1]}" for name in sorted(topics))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
 
 
 def _invalid(req) -> str | None:

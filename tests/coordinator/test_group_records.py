@@ -25,6 +25,7 @@ from semel.coordinator.group.records import (
     encode_value,
 )
 from semel.coordinator.group.shard import java_string_hash, partition_for
+from semel.coordinator.share.group_records import ShareGroupKey, ShareGroupMetadataValue
 from semel.protocol.errors import ProtocolError
 from semel.protocol.primitives import (
     write_compact_bytes,
@@ -50,7 +51,14 @@ def test_offset_commit_key_bytes():
 def test_group_metadata_key_bytes_and_unknown_types():
     assert encode_key(GroupMetadataKey("grp")) == b"\x00\x02" + s16("grp")
     with pytest.raises(UnknownRecordType):
-        decode_key(b"\x00\x0a" + s16("share-group-record"))  # ShareGroupMemberMetadataKey
+        decode_key(b"\x00\x0f" + s16("share-group"))  # ShareGroupStatePartitionMetadataKey
+    # share group membership records (10-14) are ours: coordinator/share/group_records.py
+    member = ShareGroupKey(10, "sg", "m")
+    assert encode_key(member) == b"\x00\x0a" + s16("sg") + s16("m")
+    assert decode_key(encode_key(member)) == member
+    metadata = ShareGroupMetadataValue(epoch=7, metadata_hash=-5)
+    assert encode_value(metadata) == b"\x00\x00" + struct.pack(">iq", 7, -5) + b"\x00"
+    assert decode_value(ShareGroupKey(11, "sg"), encode_value(metadata)) == metadata
     with pytest.raises(ProtocolError):
         decode_key(b"\x00\x01" + s16("g"))  # truncated
 

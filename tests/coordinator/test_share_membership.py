@@ -9,6 +9,10 @@ from uuid import UUID
 
 import pytest
 
+from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.group.records import CoordinatorRecord, decode_record, encode_record
+from semel.coordinator.group.shard import GroupCoordinatorShard
+from semel.coordinator.group.timer import ManualClock, ManualTimer
 from semel.coordinator.share.membership import (
     ShareGroupMembership,
     ShareMembershipConfig,
@@ -146,3 +150,111 @@ def test_errors():
 def test_config_validation(bad):
     with pytest.raises(ValueError):
         ShareMembershipConfig(**bad)
+
+
+# -- persistence in __consumer_offsets (Kafka's share group records) ---------------------
+
+
+def _persisted(topics: dict[str, tuple[UUID, int]], shard: GroupCoordinatorShard):
+    """Membership that writes its records into ``shard`` (each write completed at once)."""
+    membership, _service, clock, _log_manager = make(topics)
+    written: list[CoordinatorRecord] = []
+
+    async def write(group_id: str, records: list[CoordinatorRecord]) -> Error:
+        done: list[Error] = []
+        shard.write_share(group_id, records, lambda error, _base: done.append(error))
+        for pending in shard.take_writes():
+            written.extend(pending.records)
+            pending.complete()
+        return done[0]
+
+    membership.write = write
+    return membership, clock, written
+
+
+def _replayed(written: list[CoordinatorRecord]) -> GroupCoordinatorShard:
+    """A fresh shard that loaded ``written`` from its encoded bytes."""
+    fresh = GroupCoordinatorShard(GroupConfig(), ManualClock(), ManualTimer(ManualClock()), 4)
+    for offset, record in enumerate(written):
+        key, value = encode_record(record)
+        fresh.replay(decode_record(key, value), offset)
+    return fresh
+
+
+def test_records_replay_into_a_fresh_membership():
+    topics = {"t": (T1, 2)}
+    shard = GroupCoordinatorShard(GroupConfig(), ManualClock(), ManualTimer(ManualClock()), 4)
+    m, clock, written = _persisted(topics, shard)
+    a = hb(m, "a", 0, ["t"])
+    b = hb(m, "b", 0, ["t"])
+    assert hb(m, "a", a.member_epoch).member_epoch == b.member_epoch == 2
+    types = {r.key.record_type for r in written}
+    assert types == set(range(10, 15))  # every share group record type is written
+
+    restarted, _service, clock2, _log = make(topics)
+    clock2.now = clock.now + 10_000
+    restarted.records = lambda: _replayed(written).share_records
+    restarted._loaded = False
+    assert restarted.ensure_loaded()
+    group, before = restarted.groups["g"], m.groups["g"]
+    assert (group.group_epoch, group.assignment_epoch) == (2, 2)
+    assert group.topics == before.topics and group.target == before.target
+    for member_id in ("a", "b"):
+        loaded, kept = group.members[member_id], before.members[member_id]
+        assert (loaded.member_epoch, loaded.previous_member_epoch, loaded.assignment,
+                loaded.subscribed, loaded.client_id) == (
+            kept.member_epoch, kept.previous_member_epoch, kept.assignment, kept.subscribed,
+            kept.client_id)
+        # a fresh session from the load, as Kafka
+        assert loaded.deadline_ms == clock2.now + ShareMembershipConfig().session_timeout_ms
+    # the member continues at its epoch: no new epoch, no error
+    resp = hb(restarted, "a", 2)
+    assert resp.error_code == 0 and resp.member_epoch == 2
+    assert restarted.groups["g"].group_epoch == 2
+
+
+def test_leave_and_delete_write_tombstones():
+    topics = {"t": (T1, 1)}
+    shard = GroupCoordinatorShard(GroupConfig(), ManualClock(), ManualTimer(ManualClock()), 4)
+    m, _clock, written = _persisted(topics, shard)
+    a = hb(m, "a", 0, ["t"])
+    hb(m, "b", 0, ["t"])
+    assert hb(m, "a", -1, group="g").member_epoch == -1 and a.member_epoch == 1
+    image = _replayed(written).share_records
+    members = {k.member for k in image.groups["g"] if k.member is not None}
+    assert members == {"b"}
+    hb(m, "b", -1)
+    assert asyncio.run(m.delete_group("g")) == Error.NONE
+    assert _replayed(written).share_records.groups == {}
+
+
+def test_loading_answers_load_in_progress():
+    m, *_ = make({"t": (T1, 1)})
+    m.records = lambda: None
+    m._loaded = False
+    assert hb(m, "a", 0, ["t"]).error_code == Error.COORDINATOR_LOAD_IN_PROGRESS
+    assert m.describe("g").error_code == Error.COORDINATOR_LOAD_IN_PROGRESS
+
+
+def test_durable_writes_keep_the_shard_image_and_a_failed_write_is_retried():
+    topics = {"t": (T1, 1)}
+    shard = GroupCoordinatorShard(GroupConfig(), ManualClock(), ManualTimer(ManualClock()), 4)
+    m, _clock, written = _persisted(topics, shard)
+    a = hb(m, "a", 0, ["t"])
+    assert shard.share_records.group_ids() == {"g"}  # the shard's image follows the writes
+    failing = m.write
+
+    async def fail(group_id, records):
+        return Error.NOT_ENOUGH_REPLICAS
+
+    m.write = fail
+    resp = hb(m, "b", 0, ["t"])
+    assert resp.error_code == Error.COORDINATOR_NOT_AVAILABLE  # Kafka's append error mapping
+    m.write = failing
+    hb(m, "a", a.member_epoch)  # the next write carries what the failed one missed
+    members = {k.member for k in _replayed(written).share_records.groups["g"] if k.member}
+    assert members == {"a", "b"}
+    hb(m, "a", -1)
+    hb(m, "b", -1)
+    assert asyncio.run(m.delete_group("g")) == Error.NONE
+    assert shard.share_records.group_ids() == set()

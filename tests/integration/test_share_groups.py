@@ -21,9 +21,12 @@ from confluent_kafka.admin import (
 )
 
 from semel.broker.testing import BrokerThread
+from tests.kafka_wire import KafkaWire, message
 
 TOPIC = "share-topic"
 GROUP = "share-group"
+OTHER = "share-other-topic"
+LIST_GROUPS, SHARE_GROUP_DESCRIBE = 16, 77
 
 
 @pytest.fixture
@@ -176,19 +179,35 @@ def test_delivery_count_limit_archives_poison_record(broker):
         c.close()
 
 
+def describe_group(bootstrap: str) -> tuple[int, dict[str, int], bool]:
+    """(group epoch, member id -> member epoch, listed by ListGroups) of GROUP."""
+    with KafkaWire.connect(bootstrap) as wire:
+        resp = wire.request(SHARE_GROUP_DESCRIBE, 1, message(
+            SHARE_GROUP_DESCRIBE, "request", group_ids=[GROUP]))
+        (group,) = resp.groups
+        assert group.error_code == 0, group.error_message
+        listed = wire.request(LIST_GROUPS, 5, message(LIST_GROUPS, "request",
+                                                      types_filter=["share"]))
+        return (group.group_epoch, {m.member_id: m.member_epoch for m in group.members},
+                GROUP in {g.group_id for g in listed.groups})
+
+
 def test_acknowledgements_survive_sigkill(tmp_path):
     """A durable broker (fsync) is SIGKILLed after the first half of the records was
     acknowledged and restarted on the same port; the second half is produced then. The
-    consumer rejoins (membership is in memory; the acknowledgements are in
-    __share_group_state) and every record ends up acknowledged exactly once: none
-    acknowledged before the kill is delivered again."""
+    group's membership is in __consumer_offsets: the restarted broker knows the group, its
+    member and epochs before anything else happens, and the consumer continues at its epoch
+    (the acknowledgements are in __share_group_state). Every record ends up acknowledged
+    exactly once: none acknowledged before the kill is delivered again."""
     from semel.broker.testing import BrokerProcess
 
     half = 100
     proc = BrokerProcess(tmp_path / "data").start()
     try:
         admin = AdminClient({"bootstrap.servers": proc.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+        for future in admin.create_topics([NewTopic(TOPIC, 1, 1),
+                                           NewTopic(OTHER, 1, 1)]).values():
+            future.result(30)
         resource = ConfigResource(ResourceType.GROUP, GROUP, incremental_configs=[
             ConfigEntry("share.auto.offset.reset", "earliest",
                         incremental_operation=AlterConfigOpType.SET)])
@@ -201,8 +220,22 @@ def test_acknowledgements_survive_sigkill(tmp_path):
             for target in (half, 2 * half):
                 if target > half:
                     port = proc.port
+                    # a member of another topic joins and leaves: the epoch moves past
+                    # what a rejoin of the consumer into a forgotten group would give
+                    other = ShareConsumer({"bootstrap.servers": proc.bootstrap,
+                                           "group.id": GROUP})
+                    other.subscribe([OTHER])
+                    end = time.monotonic() + 30
+                    while len(describe_group(proc.bootstrap)[1]) < 2 \
+                            and time.monotonic() < end:
+                        other.poll(0.5)
+                    other.close()
+                    before = describe_group(proc.bootstrap)
+                    assert len(before[1]) == 1 and before[0] >= 3 and before[2], before
                     proc.kill()  # no clean shutdown: only what was fsynced counts
                     proc = BrokerProcess(tmp_path / "data", port=port).start()
+                    # known from the log, the member still at its epoch: it did not rejoin
+                    assert describe_group(proc.bootstrap) == before
                     produce(proc, half, start=half)
                 end = time.monotonic() + 60
                 while len(acked) < target and time.monotonic() < end:
