@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from semel.coordinator.group.config import GroupConfig
 from semel.coordinator.group.timer import CLEANUP_KEY
+from semel.coordinator.loading import batches_to_load
 from semel.coordinator.partitioning import partition_for
 from semel.protocol.errors import Error, KafkaError, ProtocolError
-from semel.protocol.records import ControlType, build_batch, build_control_batch, iter_records
+from semel.protocol.records import ControlType, build_batch, build_control_batch
 from semel.protocol.records import parse_control_record as parse_control
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("coordinator.group")
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-_LOAD_YIELD_BATCHES = 256
 
 
 class LoopTimer:
@@ -467,17 +467,9 @@ class GroupCoordinator:
         from semel.coordinator.group.records import UnknownRecordType, decode_record
 
         shard = self._state()
-        end = plog.high_watermark
-        for count, (header, data) in enumerate(
-                plog.iter_batches_from(plog.log_start_offset, with_data=True), 1):
-            if header.base_offset >= end:
-                break
-            try:
-                records = list(iter_records(data, header))
-            except ProtocolError as e:
-                log.error("%s-%d: unreadable batch at %d skipped: %s",
-                          GROUP_METADATA_TOPIC_NAME, partition, header.base_offset, e)
-                continue
+        name = f"{GROUP_METADATA_TOPIC_NAME}-{partition}"
+        async for header, records in batches_to_load(plog, plog.high_watermark, name, log,
+                                                      control=True):
             if header.is_control:
                 for record in records:
                     try:
@@ -487,24 +479,20 @@ class GroupCoordinator:
                     if control_type in (ControlType.COMMIT, ControlType.ABORT):
                         shard.complete_transaction(header.producer_id, partition,
                                                    control_type == ControlType.COMMIT)
-            else:
-                producer_id = header.producer_id if header.is_transactional else -1
-                for record in records:
-                    try:
-                        parsed = decode_record(record.key, record.value)
-                    except UnknownRecordType:
-                        continue
-                    except ProtocolError as e:
-                        log.error("%s-%d: unreadable record at %d skipped: %s",
-                                  GROUP_METADATA_TOPIC_NAME, partition, record.offset, e)
-                        continue
-                    try:
-                        shard.replay(parsed, record.offset, producer_id)
-                    except (AssertionError, ValueError) as e:
-                        log.error("%s-%d: record at %d not applied: %s",
-                                  GROUP_METADATA_TOPIC_NAME, partition, record.offset, e)
-            if count % _LOAD_YIELD_BATCHES == 0:
-                await asyncio.sleep(0)
+                continue
+            producer_id = header.producer_id if header.is_transactional else -1
+            for record in records:
+                try:
+                    parsed = decode_record(record.key, record.value)
+                except UnknownRecordType:
+                    continue
+                except ProtocolError as e:
+                    log.error("%s: unreadable record at %d skipped: %s", name, record.offset, e)
+                    continue
+                try:
+                    shard.replay(parsed, record.offset, producer_id)
+                except (AssertionError, ValueError) as e:
+                    log.error("%s: record at %d not applied: %s", name, record.offset, e)
 
 
 __all__ = ["GROUP_METADATA_TOPIC_NAME", "GroupCoordinator", "LoopTimer"]

@@ -62,6 +62,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from semel.coordinator.loading import batches_to_load
 from semel.coordinator.partitioning import partition_for
 from semel.coordinator.transaction import core
 from semel.coordinator.transaction.config import TxnConfig
@@ -89,13 +90,12 @@ from semel.coordinator.transaction.metadata import (
 )
 from semel.coordinator.transaction.state import TransactionState
 from semel.protocol.errors import Error, KafkaError, ProtocolError
-from semel.protocol.records import build_batch, iter_records
+from semel.protocol.records import build_batch
 from semel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger("coordinator.transaction")
 
 S = TransactionState
-_LOAD_YIELD_BATCHES = 256
 _TOMBSTONE_BATCH_BYTES = 256 * 1024  # tombstone batches stay well below max.message.bytes
 # marker results after which the partition needs no marker any more (Kafka drops deleted
 # partitions and those that cannot take markers; a newer producer or coordinator epoch
@@ -928,19 +928,8 @@ class TransactionCoordinator:
 
     async def _load_partition(self, partition: int, plog,
                               loaded: dict[str, TxnMetadata]) -> None:
-        end = plog.log_end_offset
-        for count, (header, data) in enumerate(
-                plog.iter_batches_from(plog.log_start_offset, with_data=True), 1):
-            if header.base_offset >= end:
-                break
-            if header.is_control:
-                continue
-            try:
-                records = list(iter_records(data, header))
-            except ProtocolError as e:
-                log.error("%s-%d: unreadable batch at %d skipped: %s",
-                          TRANSACTION_STATE_TOPIC_NAME, partition, header.base_offset, e)
-                continue
+        name = f"{TRANSACTION_STATE_TOPIC_NAME}-{partition}"
+        async for _header, records in batches_to_load(plog, plog.log_end_offset, name, log):
             for record in records:
                 try:
                     transactional_id = decode_key(record.key or b"")
@@ -950,13 +939,9 @@ class TransactionCoordinator:
                     loaded[transactional_id] = metadata_from_value(
                         transactional_id, decode_value(record.value))
                 except (UnknownKeyVersion, UnknownValueVersion) as e:
-                    log.warning("%s-%d offset %d: %s; ignored", TRANSACTION_STATE_TOPIC_NAME,
-                                partition, record.offset, e)
+                    log.warning("%s offset %d: %s; ignored", name, record.offset, e)
                 except ProtocolError as e:
-                    log.error("%s-%d: unreadable record at %d skipped: %s",
-                              TRANSACTION_STATE_TOPIC_NAME, partition, record.offset, e)
-            if count % _LOAD_YIELD_BATCHES == 0:
-                await asyncio.sleep(0)
+                    log.error("%s: unreadable record at %d skipped: %s", name, record.offset, e)
 
 
 __all__ = ["TransactionCoordinator", "TxnDescription", "TxnListing", "TxnResult",

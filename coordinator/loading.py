@@ -1,0 +1,53 @@
+"""Reading a coordinator topic's partition back at start-up: its batches, decoded.
+
+The transaction coordinator (``__transaction_state``), the group coordinator and share group
+membership (``__consumer_offsets``) and the share-partition state (``__share_group_state``)
+each rebuild their state from their partitions' records. They read the same way: every batch
+from the log start up to an end offset, each batch's records decoded; a batch that cannot be
+decoded is logged and skipped, so one bad batch costs its own records and not the rest of the
+partition (Kafka's CoordinatorLoaderImpl skips nothing, it fails the load; a broker that
+served nothing of a partition over one bad batch would lose more); and the loop is given back
+every few hundred batches so that a long load does not stall the connections being served.
+What a record means stays with each coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from semel.protocol.errors import ProtocolError
+from semel.protocol.records import BatchHeader, Record, iter_records
+
+if TYPE_CHECKING:
+    from semel.storage.partition_log import PartitionLog
+
+YIELD_EVERY_BATCHES = 256
+
+
+async def batches_to_load(plog: PartitionLog, end: int, name: str, log: logging.Logger, *,
+                          control: bool = False
+                          ) -> AsyncIterator[tuple[BatchHeader, list[Record]]]:
+    """The batches of ``plog`` below offset ``end`` with their records, in order: control
+    batches too when ``control`` (their records are the markers), else they are passed over
+    undecoded. ``name`` (topic-partition) and ``log`` say where an unreadable batch is
+    reported."""
+    for count, (header, data) in enumerate(
+            plog.iter_batches_from(plog.log_start_offset, with_data=True), 1):
+        if header.base_offset >= end:
+            break
+        if count % YIELD_EVERY_BATCHES == 0:
+            await asyncio.sleep(0)
+        if header.is_control and not control:
+            continue
+        try:
+            records = list(iter_records(data, header))
+        except ProtocolError as e:
+            log.error("%s: unreadable batch at %d skipped: %s", name, header.base_offset, e)
+            continue
+        yield header, records
+
+
+__all__ = ["YIELD_EVERY_BATCHES", "batches_to_load"]
