@@ -45,11 +45,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import msgspec
 
 from semel.broker.config import ALIASES, KNOWN_KEYS, PROPERTIES, BrokerConfig
 from semel.broker.group_configs import effective_group_config, validate_group_configs
@@ -94,11 +93,16 @@ _CLEANER_ATTRS = {
 }
 
 
-class _DynamicFile(msgspec.Struct, forbid_unknown_fields=True):
-    version: int
-    cluster_default: dict[str, str]
-    broker: dict[str, str]
-    groups: dict[str, dict[str, str]]
+@functools.cache
+def _schema():
+    """(msgspec, the file's struct), made on first read or write of the file: a data
+    directory without one starts without msgspec (issue 18)."""
+    import msgspec
+
+    return msgspec, msgspec.defstruct(
+        "_DynamicFile", [("version", int), ("cluster_default", dict[str, str]),
+                         ("broker", dict[str, str]), ("groups", dict[str, dict[str, str]])],
+        forbid_unknown_fields=True)
 
 
 def _scala_set(names) -> str:
@@ -198,8 +202,9 @@ class DynamicConfigs:
     def load(self) -> None:
         if not self.fs.exists(self.path):
             return
+        msgspec, file_type = _schema()
         try:
-            stored = msgspec.json.decode(self.fs.read_file(self.path), type=_DynamicFile)
+            stored = msgspec.json.decode(self.fs.read_file(self.path), type=file_type)
             if stored.version != _FILE_VERSION:
                 raise ValueError(f"unsupported version {stored.version}")
         except (msgspec.DecodeError, ValueError, OSError) as exc:
@@ -300,7 +305,8 @@ class DynamicConfigs:
                 raise KafkaError(Error.KAFKA_STORAGE_ERROR, f"saving configs failed: {e}") from e
 
     async def _save(self) -> None:
-        data = msgspec.json.encode(_DynamicFile(
+        msgspec, file_type = _schema()
+        data = msgspec.json.encode(file_type(
             _FILE_VERSION, dict(sorted(self.cluster_default.items())),
             dict(sorted(self.broker.items())),
             {g: dict(sorted(c.items())) for g, c in sorted(self.groups.items())}))

@@ -37,12 +37,11 @@ A missing file means the defaults above at epoch 0; a damaged one stops the brok
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-
-import msgspec
 
 from semel.protocol.errors import Error, KafkaError
 from semel.storage.fs import MetadataFileError, RealFileSystem
@@ -174,10 +173,15 @@ def _check_dependencies(name: str, level: int, proposed: dict[str, int]) -> None
                            f"depends on {needed} level {needed_level}")
 
 
-class _FeaturesFile(msgspec.Struct, forbid_unknown_fields=True):
-    version: int
-    epoch: int
-    finalized: dict[str, int]
+@functools.cache
+def _schema():
+    """(msgspec, the file's struct), made on first read or write of the file: a data
+    directory without one starts without msgspec (issue 18)."""
+    import msgspec
+
+    return msgspec, msgspec.defstruct(
+        "_FeaturesFile", [("version", int), ("epoch", int), ("finalized", dict[str, int])],
+        forbid_unknown_fields=True)
 
 
 class FeatureStore:
@@ -202,8 +206,9 @@ class FeatureStore:
         """Read the file if there is one; MetadataFileError if it is damaged."""
         if not self.fs.exists(self.path):
             return
+        msgspec, file_type = _schema()
         try:
-            stored = msgspec.json.decode(self.fs.read_file(self.path), type=_FeaturesFile)
+            stored = msgspec.json.decode(self.fs.read_file(self.path), type=file_type)
             if stored.version != _FILE_VERSION:
                 raise ValueError(f"unsupported version {stored.version}")
             for name, level in stored.finalized.items():
@@ -219,7 +224,8 @@ class FeatureStore:
         self.epoch = stored.epoch
 
     def _save(self, finalized: dict[str, int], epoch: int) -> None:
-        data = msgspec.json.encode(_FeaturesFile(_FILE_VERSION, epoch, dict(sorted(
+        msgspec, file_type = _schema()
+        data = msgspec.json.encode(file_type(_FILE_VERSION, epoch, dict(sorted(
             finalized.items()))))
         self.fs.write_file_atomic(self.path, data)
 

@@ -548,8 +548,12 @@ class BrokerStateCollector:
             snap.group_lag.append((group_id, total, largest))
 
     def _read_share_groups(self, snap: _Snapshot, broker) -> None:
-        """The live share-partitions (those used since start) and the delivery counters."""
-        manager = broker.share_manager
+        """The live share-partitions (those used since start) and the delivery counters;
+        none while no share-partition manager was made (no share state: see the broker's
+        share_manager)."""
+        manager = broker.share_manager_if_made
+        if manager is None:
+            return
         series = len(snap.group_offsets)  # one cap over both kinds of per-partition series
         for key, sp in sorted(manager.partitions.items(),
                               key=lambda kv: (kv[0].group_id, str(kv[0].topic_id),

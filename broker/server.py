@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +29,7 @@ from semel.broker.security.endpoint import ListenerEndpoint
 from semel.coordinator.group import GroupConfig, GroupCoordinator
 from semel.coordinator.producer_id import ProducerIdManager
 from semel.coordinator.producer_principal import ProducerPrincipals
-from semel.coordinator.share.config import ShareGroupConfig, ShareGroupSettings
-from semel.coordinator.share.manager import SharePartitionManager
+from semel.coordinator.share import SHARE_GROUP_STATE_TOPIC_NAME
 from semel.coordinator.transaction import LogMarkerWriter, TransactionCoordinator, TxnConfig
 from semel.storage.config import LogConfig
 from semel.storage.log_manager import LogManager
@@ -60,6 +60,30 @@ def wall_clock_ms() -> int:
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def listening_socket(host: str, port: int) -> socket.socket | None:
+    """A socket bound to ``host`` (an IP address literal) and ``port``, or None when ``host``
+    is a name, which ``create_server`` resolves. uvloop encodes every str host with the idna
+    codec, whose import (stringprep, unicodedata) costs a start about 1% of its
+    instructions (issue 18); an address needs no resolving. The options are
+    ``create_server``'s: SO_REUSEADDR, and IPV6_V6ONLY for IPv6."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    return None
 
 
 class Broker:
@@ -126,11 +150,11 @@ class Broker:
             group_configs=self.dynamic_configs.group_overrides)
         # share groups (KIP-932): share-partitions (state in __share_group_state), share
         # sessions, membership (in __consumer_offsets; group ids shared with the group
-        # coordinator's)
-        self.share_manager = SharePartitionManager(
-            self.log_manager, ShareGroupConfig.from_broker_config(config), clock=clock,
-            group_settings=self._share_group_settings)
-        self._share_membership = None  # made on first use: see share_membership
+        # coordinator's); made at start when the state topic exists, else on first use:
+        # see share_manager and share_membership
+        self._share_manager = None
+        self._share_open = False  # from start to stop: a share manager made starts at once
+        self._share_membership = None
         self.group_coordinator.share_group = self._is_share_group
         # transaction coordinator (transactional ids in __transaction_state); markers go
         # to the partition logs, those of __consumer_offsets through the group coordinator
@@ -173,7 +197,10 @@ class Broker:
         if self.producer_principals is not None:
             self.producer_principals.load()  # as does a damaged producer principal file
         await self.group_coordinator.start()
-        await self.share_manager.start()
+        if self._share_manager is not None \
+                or SHARE_GROUP_STATE_TOPIC_NAME in self.log_manager.topics:
+            await self.share_manager.start()  # its state is loaded before any request
+        self._share_open = True
         await self.txn_coordinator.start()
         if self.config.authorizer_enabled:  # its modules load only when it is configured
             from semel.broker.security.authorizer import Authorizer
@@ -184,10 +211,15 @@ class Broker:
         loop = asyncio.get_running_loop()
         try:
             for endpoint in self.endpoints:
-                server = await loop.create_server(
-                    lambda endpoint=endpoint: Connection(self, endpoint),
-                    endpoint.host or None, endpoint.port, ssl=endpoint.ssl_context,
-                    reuse_address=True, backlog=1024)
+                factory = lambda endpoint=endpoint: Connection(self, endpoint)
+                sock = listening_socket(endpoint.host, endpoint.port) if endpoint.host else None
+                if sock is not None:
+                    server = await loop.create_server(factory, sock=sock,
+                                                      ssl=endpoint.ssl_context, backlog=1024)
+                else:
+                    server = await loop.create_server(
+                        factory, endpoint.host or None, endpoint.port,
+                        ssl=endpoint.ssl_context, reuse_address=True, backlog=1024)
                 self._servers.append(server)
                 endpoint.port = server.sockets[0].getsockname()[1]
                 if not endpoint.host:
@@ -199,7 +231,9 @@ class Broker:
             for server in self._servers:
                 server.close()
             await self.txn_coordinator.stop()
-            await self.share_manager.stop()
+            self._share_open = False
+            if self._share_manager is not None:
+                await self._share_manager.stop()
             await self.group_coordinator.stop()
             await self.log_manager.close()
             raise OSError(e.errno, f"cannot listen on {endpoint.host}:{endpoint.port} "
@@ -233,10 +267,12 @@ class Broker:
             task.cancel()
         # transactions being completed may still need the group coordinator (markers)
         await self.txn_coordinator.stop(grace_s)
+        self._share_open = False
         if self._share_membership is not None:
             await self._share_membership.stop()
             self._share_membership = None
-        await self.share_manager.stop()
+        if self._share_manager is not None:
+            await self._share_manager.stop()
         # parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) before waiting
         await self.group_coordinator.stop()
         in_flight = [t for c in self.connections for t in c.tasks]
@@ -253,6 +289,31 @@ class Broker:
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
+
+    @property
+    def share_manager(self):
+        """The share-partitions (coordinator/share/manager.py), made on first use - a share
+        request, on the event loop - and started at once while the broker runs (a manager
+        made before ``start`` starts with it; one made while stopping never starts, and
+        its ``active`` stays False). Made at start instead when ``__share_group_state`` is
+        on disk, so its state is loaded before any request. Until made, the broker has no
+        share-partition state: what only reads it uses ``share_manager_if_made``, so a
+        broker without share groups never loads the share modules (issue 18)."""
+        if self._share_manager is None:
+            from semel.coordinator.share.config import ShareGroupConfig
+            from semel.coordinator.share.manager import SharePartitionManager
+
+            self._share_manager = SharePartitionManager(
+                self.log_manager, ShareGroupConfig.from_broker_config(self.config),
+                clock=self.clock, group_settings=self._share_group_settings)
+            if self._share_open:
+                self._share_manager.start_now()
+        return self._share_manager
+
+    @property
+    def share_manager_if_made(self):
+        """The share-partition manager, or None while nothing needed it (no share state)."""
+        return self._share_manager
 
     @property
     def share_membership(self):
@@ -290,8 +351,9 @@ class Broker:
         (ListGroups, DescribeGroups, DeleteGroups) None while no share group was ever seen,
         so those APIs load no share code on a broker without share groups."""
         loaded = self.group_coordinator.has_share_groups()  # share groups in the log
+        manager = self._share_manager
         if not create and self._share_membership is None \
-                and not self.share_manager.store.states and not loaded:
+                and (manager is None or not manager.store.states) and not loaded:
             return None
         from semel.coordinator.share.admin import ShareGroupAdmin
 
@@ -301,8 +363,11 @@ class Broker:
         return ShareGroupAdmin(membership, self.share_manager, self.log_manager,
                                other_group=self._other_group)
 
-    def _share_group_settings(self, group_id: str) -> ShareGroupSettings:
-        """A share group's own share.* configs (GROUP resource overrides)."""
+    def _share_group_settings(self, group_id: str):
+        """A share group's own share.* configs (GROUP resource overrides): a
+        ``ShareGroupSettings``, whose module the share manager has loaded."""
+        from semel.coordinator.share.config import ShareGroupSettings
+
         return ShareGroupSettings.from_configs(self.dynamic_configs.group_overrides(group_id))
 
     def _is_share_group(self, group_id: str) -> bool:
@@ -312,7 +377,9 @@ class Broker:
             return True
         if self.group_coordinator.knows_share_group(group_id):
             return True
-        return any(key.group_id == group_id for key in self.share_manager.store.states)
+        manager = self._share_manager  # none made: no share-partition state
+        return manager is not None and any(key.group_id == group_id
+                                           for key in manager.store.states)
 
     def _other_group(self, group_id: str) -> bool:
         """Whether ``group_id`` is a classic or consumer group (not a share group)."""
@@ -344,7 +411,8 @@ class Broker:
         self.group_coordinator.fire_due_timers()
         if self._share_membership is not None:
             await self._share_membership.expire_members()
-        await self.share_manager.expire_locks()
+        if self._share_manager is not None:
+            await self._share_manager.expire_locks()
         await self.txn_coordinator.abort_timed_out_transactions()
         await self.txn_coordinator.wait_completions()
         await self.txn_coordinator.remove_expired_transactional_ids()

@@ -34,6 +34,7 @@ import asyncio
 import base64
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import re
@@ -41,10 +42,9 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import msgspec
 
 from semel.protocol.errors import Error, KafkaError
 from semel.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
@@ -112,16 +112,23 @@ def random_kafka_uuid() -> uuid.UUID:
             return value
 
 
-class TopicInfo(msgspec.Struct):
+@dataclass(slots=True)
+class TopicInfo:
     name: str
     topic_id: uuid.UUID
     num_partitions: int
-    configs: dict[str, str] = msgspec.field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
 
 
-class _TopicsFile(msgspec.Struct):
-    version: int
-    topics: list[TopicInfo]
+@functools.cache
+def _topics_schema():
+    """(msgspec, the topics file's struct), made on first read or write of the file: an
+    empty data directory starts without msgspec (issue 18). msgspec reads and writes the
+    TopicInfo dataclass as it did the Struct it was: the same JSON, the same checks."""
+    import msgspec
+
+    return msgspec, msgspec.defstruct("_TopicsFile", [("version", int),
+                                                      ("topics", list[TopicInfo])])
 
 
 def validate_topic_name(name: str) -> None:
@@ -402,8 +409,9 @@ class LogManager:
         self._topic_configs.clear()
         if not self.fs.exists(path):
             return
+        msgspec, file_type = _topics_schema()
         try:
-            stored = msgspec.json.decode(self.fs.read_file(path), type=_TopicsFile)
+            stored = msgspec.json.decode(self.fs.read_file(path), type=file_type)
         except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
             raise MetadataFileError(
                 f"{path}: unreadable topic metadata ({exc}); refusing to start (the topics it "
@@ -417,7 +425,8 @@ class LogManager:
             )
 
     def _store_topics(self, topics: list[TopicInfo]) -> None:
-        data = msgspec.json.format(msgspec.json.encode(_TopicsFile(1, topics)))
+        msgspec, file_type = _topics_schema()
+        data = msgspec.json.format(msgspec.json.encode(file_type(1, topics)))
         self.fs.write_file_atomic(self._path(TOPICS_FILE), data)
 
     def _read_log_start_checkpoint(self) -> dict[TopicPartition, int]:

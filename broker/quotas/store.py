@@ -14,15 +14,15 @@ the new file::
                                "values": {"producer_byte_rate": 1048576.0}}]}
 
 A file that cannot be read raises ``MetadataFileError`` naming it (the broker does not start
-with quotas silently gone). Threading: the event loop only.
+with quotas silently gone). Threading: the event loop only. msgspec loads when the file is
+first read or written: a data directory without one starts without it (issue 18).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from pathlib import Path
-
-import msgspec
 
 from semel.protocol.errors import Error
 from semel.storage.fs import MetadataFileError, RealFileSystem
@@ -181,14 +181,15 @@ def matches(entity: Entity, exact: dict[str, str | None], present: set[str],
     return all(kind in parts for kind in present)
 
 
-class _Stored(msgspec.Struct):
-    entity: dict[str, str | None]
-    values: dict[str, float]
+@functools.cache
+def _schema():
+    """(msgspec, the file's struct, an entity's struct): made on first read or write."""
+    import msgspec
 
-
-class _File(msgspec.Struct):
-    version: int
-    quotas: list[_Stored]
+    stored = msgspec.defstruct("_Stored", [("entity", dict[str, str | None]),
+                                           ("values", dict[str, float])])
+    return msgspec, msgspec.defstruct("_File", [("version", int), ("quotas", list[stored])]), \
+        stored
 
 
 class QuotaStore:
@@ -205,8 +206,9 @@ class QuotaStore:
         if not self.fs.exists(self.path):
             self.entities = {}
             return
+        msgspec, file_type, _ = _schema()
         try:
-            stored = msgspec.json.decode(self.fs.read_file(self.path), type=_File)
+            stored = msgspec.json.decode(self.fs.read_file(self.path), type=file_type)
             entities = {}
             for item in stored.quotas:
                 entity = make_entity(item.entity)
@@ -233,8 +235,9 @@ class QuotaStore:
                     values[key] = float(value)
             if not values:
                 del updated[entity]
-        data = msgspec.json.format(msgspec.json.encode(_File(VERSION, [
-            _Stored(dict(entity), dict(sorted(values.items())))
+        msgspec, file_type, stored_type = _schema()
+        data = msgspec.json.format(msgspec.json.encode(file_type(VERSION, [
+            stored_type(dict(entity), dict(sorted(values.items())))
             for entity, values in sorted(updated.items(), key=lambda kv: _sort_key(kv[0]))])))
         self.fs.mkdir(self.data_dir)
         self.fs.write_file_atomic(self.path, data)

@@ -13,18 +13,18 @@ raises ``MetadataFileError`` with one line naming the file (the broker refuses t
 than run with no users). Changes are applied to a copy, written, then swapped in: a failed
 write raises OSError and leaves memory and disk as they were. Threading: the event loop only.
 The SCRAM module (hashlib, hmac, secrets) loads when a credential is first read, checked or
-made: a broker whose data directory holds none starts without it.
+made: a broker whose data directory holds none starts without it, and without msgspec
+(loaded when the file is first read or written).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import msgspec
 
 from semel.storage.fs import MetadataFileError, RealFileSystem
 
@@ -35,18 +35,16 @@ CREDENTIALS_FILE = "__semel_scram_credentials.json"
 VERSION = 1
 
 
-class _Entry(msgspec.Struct):
-    user: str
-    mechanism: str
-    iterations: int
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
+@functools.cache
+def _schema():
+    """(msgspec, the file's struct, an entry's struct): made on first read or write."""
+    import msgspec
 
-
-class _File(msgspec.Struct):
-    version: int
-    credentials: list[_Entry]
+    entry = msgspec.defstruct("_Entry", [
+        ("user", str), ("mechanism", str), ("iterations", int), ("salt", bytes),
+        ("stored_key", bytes), ("server_key", bytes)])
+    return msgspec, msgspec.defstruct("_File", [("version", int),
+                                                ("credentials", list[entry])]), entry
 
 
 Key = tuple[str, str]  # (user, mechanism name)
@@ -73,8 +71,9 @@ class ScramCredentialStore:
         if not self.fs.exists(self.path):
             self._credentials = {}
             return
+        msgspec, file_type, _ = _schema()
         try:
-            stored = msgspec.json.decode(self.fs.read_file(self.path), type=_File)
+            stored = msgspec.json.decode(self.fs.read_file(self.path), type=file_type)
             self._credentials = _validated(stored)
         except (msgspec.DecodeError, ValueError) as exc:  # ValidationError is a DecodeError
             raise MetadataFileError(
@@ -131,9 +130,10 @@ class ScramCredentialStore:
         return len(self._all())
 
     def _write(self, credentials: dict[Key, ScramCredential]) -> None:
-        entries = [_Entry(user, mechanism, c.iterations, c.salt, c.stored_key, c.server_key)
+        msgspec, file_type, entry = _schema()
+        entries = [entry(user, mechanism, c.iterations, c.salt, c.stored_key, c.server_key)
                    for (user, mechanism), c in sorted(credentials.items())]
-        data = msgspec.json.format(msgspec.json.encode(_File(VERSION, entries)))
+        data = msgspec.json.format(msgspec.json.encode(file_type(VERSION, entries)))
         self.fs.mkdir(self.data_dir)
         self.fs.write_file_atomic(self.path, data)
 
@@ -155,7 +155,7 @@ def _check(user: str, mechanism: str, c: ScramCredential) -> None:
         raise ValueError(f"{mechanism} credential of {user!r}: keys of the wrong length")
 
 
-def _validated(stored: _File) -> dict[Key, ScramCredential]:
+def _validated(stored) -> dict[Key, ScramCredential]:
     from semel.broker.security.scram import ScramCredential
 
     if stored.version != VERSION:

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
 from semel.coordinator.partitioning import partition_for
+from semel.coordinator.share import SHARE_GROUP_STATE_TOPIC_NAME
 from semel.coordinator.share.config import ShareGroupConfig, ShareGroupSettings
 from semel.coordinator.share.partition import (
     AcknowledgementBatch,
@@ -45,7 +46,6 @@ from semel.coordinator.share.partition import (
     StateWrite,
 )
 from semel.coordinator.share.records import (
-    SHARE_GROUP_STATE_TOPIC_NAME,
     SHARE_SNAPSHOT,
     SharePartitionKey,
     ShareRecord,
@@ -108,10 +108,27 @@ class SharePartitionManager:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Load the state from ``__share_group_state`` (yielding to the loop now and then)
+        and start the lock expiry task."""
+        self._adopt_topic()
+        await self._load()
+        self._begin()
+
+    def start_now(self) -> None:
+        """``start`` without yielding, for a manager made on the event loop by the first
+        share request: the load is empty unless the topic appeared since the broker
+        started (created by a client)."""
+        self._adopt_topic()
+        for _ in self._load_steps():
+            pass
+        self._begin()
+
+    def _adopt_topic(self) -> None:
         info = self.log_manager.topics.get(SHARE_GROUP_STATE_TOPIC_NAME)
         if info is not None:
             self.num_partitions = info.num_partitions
-        await self._load()
+
+    def _begin(self) -> None:
         self.active = True
         self._expiry_task = asyncio.get_running_loop().create_task(
             self._expiry_loop(), name="semel-share-lock-expiry")
@@ -435,6 +452,12 @@ class SharePartitionManager:
         await asyncio.shield(self._reloading)
 
     async def _load(self) -> None:
+        for _ in self._load_steps():
+            await asyncio.sleep(0)
+
+    def _load_steps(self) -> Iterator[None]:
+        """Replay ``__share_group_state`` into the store; yields every 256 batches so that
+        ``_load`` lets other tasks run."""
         info = self.log_manager.topics.get(SHARE_GROUP_STATE_TOPIC_NAME)
         if info is None:
             return
@@ -472,7 +495,7 @@ class SharePartitionManager:
                         else:
                             snapshots[parsed.key] = record.offset
                 if count % 256 == 0:
-                    await asyncio.sleep(0)
+                    yield
 
 
 def _slice(data: bytes, headers: list, acquired: list[AcquiredRecords]) -> bytes:

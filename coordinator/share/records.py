@@ -25,6 +25,7 @@ import struct
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from semel.coordinator.share import SHARE_GROUP_STATE_TOPIC_NAME  # noqa: F401 - re-exported
 from semel.coordinator.share.partition import StateBatch
 from semel.protocol.errors import ProtocolError
 from semel.protocol.primitives import (
@@ -41,7 +42,6 @@ from semel.protocol.primitives import (
     write_uvarint,
 )
 
-SHARE_GROUP_STATE_TOPIC_NAME = "__share_group_state"
 SHARE_SNAPSHOT = 0
 SHARE_UPDATE = 1
 VALUE_VERSION = 0

@@ -1,7 +1,9 @@
 """What a broker imports before it is ready (issue 18): ``python -m semel.broker serve`` with
 plain arguments reaches ``ready`` without argparse, the group coordinator's state and codecs,
 the authorizer (none configured), the SCRAM module (no credentials stored), the log cleaner's
-cleaning modules, any handler module or codec; what was deferred loads on first use. Also:
+cleaning modules, any handler module or codec, the share-partition manager (no share state)
+and msgspec (no metadata file to read); what was deferred loads on first use, and the share
+manager and msgspec load at start once share state and metadata files are on disk. Also:
 the command line's argparse-free parse of ``serve`` agrees with argparse, the garbage
 collector is off while the broker starts and on from ``ready`` (or after a failed start),
 and the pytest plugin's import loads nothing of the broker."""
@@ -9,10 +11,12 @@ and the pytest plugin's import loads nothing of the broker."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +27,8 @@ import pytest
 
 from semel.broker.cli import _parser, _run_serve, _serve, _serve_arguments
 from semel.broker.config import load_config
+from semel.broker.server import listening_socket
+from semel.broker.testing import BrokerThread
 from tests.kafka_wire import KafkaWire, message
 
 LIST_GROUPS = 16
@@ -62,6 +68,10 @@ DEFERRED = (
     "semel.storage.cleaner.cleaner", "semel.storage.cleaner.process",
     "semel.storage.cleaner.worker",
     "prometheus_client", "cryptography", "crc32c",
+    "msgspec", "semel.coordinator.share.manager", "semel.coordinator.share.config",
+    "semel.coordinator.share.partition", "semel.coordinator.share.records",
+    "semel.coordinator.share.store",
+    "encodings.idna",  # the listener's host is an address: nothing to resolve
 )
 DEFERRED_PACKAGES = ("semel.protocol.messages.", "semel.broker.handlers.")
 
@@ -132,6 +142,45 @@ def test_the_group_coordinators_state_loads_with_the_first_group_request(broker)
         time.sleep(0.05)
     assert {"semel.coordinator.group.group_manager", "semel.coordinator.group.records",
             "semel.protocol.messages.list_groups_response"} <= set(broker.imported_after_ready())
+
+
+def test_share_state_and_metadata_files_on_disk_load_at_start(tmp_path):
+    """The counterpart of the deferred list: with share-partition state in
+    ``__share_group_state`` the manager is made and loaded before ready (a restart keeps the
+    share state), and a client quotas file is read with msgspec."""
+    data = tmp_path / "data"
+    with BrokerThread(data) as b:
+        async def share_state() -> None:
+            info = b.broker.log_manager.create_topic("t", 1, {})
+            assert not await b.broker.share_manager.alter_offsets("g", info.topic_id, 0, 0)
+
+        b.call(share_state())
+    (data / "__semel_client_quotas.json").write_text(
+        '{"version": 1, "quotas": [{"entity": {"user": "alice"}, '
+        '"values": {"producer_byte_rate": 1048576.0}}]}')
+    broker = Broker(data)
+    try:
+        at_ready = broker.modules_at_ready()
+    finally:
+        broker.stop()
+    assert {"msgspec", "semel.coordinator.share.manager"} <= at_ready
+
+
+def test_an_address_listener_is_bound_without_resolving():
+    v4 = listening_socket("127.0.0.1", 0)
+    v6 = listening_socket("::1", 0)
+    try:
+        assert (v4.family, v6.family) == (socket.AF_INET, socket.AF_INET6)
+        assert v4.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
+        assert v6.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY)
+        v4.listen()
+        with pytest.raises(OSError) as taken:
+            listening_socket("127.0.0.1", v4.getsockname()[1])
+        assert taken.value.errno == errno.EADDRINUSE
+    finally:
+        v4.close()
+        v6.close()
+    assert listening_socket("localhost", 0) is None  # a name: create_server resolves it
 
 
 @pytest.mark.parametrize("argv", [
