@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 from semel.protocol.errors import ProtocolError
@@ -27,19 +27,15 @@ if TYPE_CHECKING:
 YIELD_EVERY_BATCHES = 256
 
 
-async def batches_to_load(plog: PartitionLog, end: int, name: str, log: logging.Logger, *,
-                          control: bool = False
-                          ) -> AsyncIterator[tuple[BatchHeader, list[Record]]]:
+def readable_batches(plog: PartitionLog, end: int, name: str, log: logging.Logger, *,
+                     control: bool = False) -> Iterator[tuple[BatchHeader, list[Record]]]:
     """The batches of ``plog`` below offset ``end`` with their records, in order: control
     batches too when ``control`` (their records are the markers), else they are passed over
     undecoded. ``name`` (topic-partition) and ``log`` say where an unreadable batch is
     reported."""
-    for count, (header, data) in enumerate(
-            plog.iter_batches_from(plog.log_start_offset, with_data=True), 1):
+    for header, data in plog.iter_batches_from(plog.log_start_offset, with_data=True):
         if header.base_offset >= end:
             break
-        if count % YIELD_EVERY_BATCHES == 0:
-            await asyncio.sleep(0)
         if header.is_control and not control:
             continue
         try:
@@ -50,4 +46,14 @@ async def batches_to_load(plog: PartitionLog, end: int, name: str, log: logging.
         yield header, records
 
 
-__all__ = ["YIELD_EVERY_BATCHES", "batches_to_load"]
+async def batches_to_load(plog: PartitionLog, end: int, name: str, log: logging.Logger, *,
+                          control: bool = False
+                          ) -> AsyncIterator[tuple[BatchHeader, list[Record]]]:
+    """``readable_batches``, giving the loop back every YIELD_EVERY_BATCHES batches."""
+    for count, item in enumerate(readable_batches(plog, end, name, log, control=control), 1):
+        yield item
+        if count % YIELD_EVERY_BATCHES == 0:
+            await asyncio.sleep(0)
+
+
+__all__ = ["YIELD_EVERY_BATCHES", "batches_to_load", "readable_batches"]

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from semel.coordinator.loading import YIELD_EVERY_BATCHES, readable_batches
 from semel.coordinator.partitioning import partition_for
 from semel.coordinator.share import SHARE_GROUP_STATE_TOPIC_NAME
 from semel.coordinator.share.config import ShareGroupConfig, ShareGroupSettings
@@ -55,7 +56,7 @@ from semel.coordinator.share.records import (
 )
 from semel.coordinator.share.store import ShareStateStore
 from semel.protocol.errors import Error, KafkaError, ProtocolError
-from semel.protocol.records import build_batch, iter_batches, iter_records
+from semel.protocol.records import build_batch, iter_batches
 from semel.storage.log_manager import kafka_uuid_string
 
 log = logging.getLogger("coordinator.share")
@@ -456,8 +457,8 @@ class SharePartitionManager:
             await asyncio.sleep(0)
 
     def _load_steps(self) -> Iterator[None]:
-        """Replay ``__share_group_state`` into the store; yields every 256 batches so that
-        ``_load`` lets other tasks run."""
+        """Replay ``__share_group_state`` into the store; yields every YIELD_EVERY_BATCHES
+        batches so that ``_load`` lets other tasks run."""
         info = self.log_manager.topics.get(SHARE_GROUP_STATE_TOPIC_NAME)
         if info is None:
             return
@@ -466,27 +467,17 @@ class SharePartitionManager:
             if plog is None:
                 continue
             snapshots = self._snapshot_offsets.setdefault(partition, {})
-            end = plog.high_watermark
-            for count, (header, data) in enumerate(
-                    plog.iter_batches_from(plog.log_start_offset, with_data=True), 1):
-                if header.base_offset >= end:
-                    break
-                if header.is_control:
-                    continue
-                try:
-                    records = list(iter_records(data, header))
-                except ProtocolError as e:
-                    log.error("%s-%d: unreadable batch at %d skipped: %s",
-                              SHARE_GROUP_STATE_TOPIC_NAME, partition, header.base_offset, e)
-                    continue
+            name = f"{SHARE_GROUP_STATE_TOPIC_NAME}-{partition}"
+            for count, (_header, records) in enumerate(
+                    readable_batches(plog, plog.high_watermark, name, log), 1):
                 for record in records:
                     try:
                         parsed = decode_record(record.key, record.value)
                     except UnknownRecordType:
                         continue
                     except ProtocolError as e:
-                        log.error("%s-%d: unreadable record at %d skipped: %s",
-                                  SHARE_GROUP_STATE_TOPIC_NAME, partition, record.offset, e)
+                        log.error("%s: unreadable record at %d skipped: %s", name,
+                                  record.offset, e)
                         continue
                     self.store.replay(parsed)
                     if parsed.record_type == SHARE_SNAPSHOT:
@@ -494,7 +485,7 @@ class SharePartitionManager:
                             snapshots.pop(parsed.key, None)
                         else:
                             snapshots[parsed.key] = record.offset
-                if count % 256 == 0:
+                if count % YIELD_EVERY_BATCHES == 0:
                     yield
 
 
