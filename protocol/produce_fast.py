@@ -8,12 +8,22 @@ Anything else (a tagged field, null records, a length that runs past the frame, 
 bytes) makes ``parse`` return None, and the request goes through the generated codec,
 which reports the problem; ``parse`` never raises. Both are checked against the
 generated codec, field by field and byte for byte (tests/protocol/test_produce_fast.py).
+
+``parse`` is the optional C accelerator's ``produce_parse`` (protocol/_recordwalk.c) when it
+is built, else the pure-Python ``_parse``, the reference; both give the same answer for any
+bytes (tests/protocol/test_produce_fast_differential.py).
 """
 
 from __future__ import annotations
 
 import struct
+from functools import partial
 from typing import NamedTuple
+
+try:  # built from protocol/_recordwalk.c at install when a C compiler is there
+    from semel.protocol import _recordwalk  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - the pure-Python parser is used
+    _recordwalk = None
 
 FIRST_FLEXIBLE = 9  # compact strings and arrays, tagged fields, request header v2
 _I16 = struct.Struct(">h")
@@ -75,6 +85,20 @@ def parse(frame: memoryview, version: int) -> ParsedProduce | None:
         return _parse(frame, version)
     except (IndexError, ValueError, struct.error, UnicodeDecodeError):
         return None
+
+
+_parse_py = parse
+_parse_c = (None if _recordwalk is None
+            else partial(_recordwalk.produce_parse, ParsedProduce, Topic, Partition))
+
+
+def _use_accelerator(enabled: bool) -> None:
+    """Tests and benchmarks: switch ``parse`` between C (when built) and pure Python."""
+    global parse
+    parse = _parse_c if enabled and _parse_c is not None else _parse_py
+
+
+_use_accelerator(True)
 
 
 def _parse(frame: memoryview, version: int) -> ParsedProduce | None:

@@ -42,8 +42,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from enum import IntEnum
+from functools import partial
 from operator import itemgetter
-from typing import Self
+from typing import NoReturn, Self
 
 from semel.protocol.compression import compress, decompress
 from semel.protocol.errors import Error, ProtocolError
@@ -92,6 +93,7 @@ __all__ = [
     "iter_batches",
     "iter_records",
     "parse_control_record",
+    "read_header",
     "set_base_offset",
     "set_max_timestamp_and_type",
     "set_partition_leader_epoch",
@@ -209,8 +211,9 @@ class ControlType(IntEnum):
 class BatchHeader(tuple):
     """Read-only view of the 61-byte header of the batch at ``position`` in a buffer.
 
-    The fields are read once, at construction (one ``unpack_from``); after an in-place
-    rewrite (``set_base_offset`` ...) construct a new one to see the new values.
+    The fields are read once, at construction (one ``unpack_from``, or the C accelerator's
+    ``batch_header``); after an in-place rewrite (``set_base_offset`` ...) construct a new
+    one to see the new values.
     """
 
     __slots__ = ()
@@ -219,10 +222,15 @@ class BatchHeader(tuple):
         try:
             return tuple.__new__(cls, _unpack_header(buf, position) + (position,))
         except struct.error:
-            raise CorruptRecordError(
-                f"truncated batch header: {max(0, len(buf) - position)} bytes, need {HEADER_SIZE}",
-                position,
-            ) from None
+            cls._truncated(buf, position)
+
+    @staticmethod
+    def _truncated(buf, position: int) -> NoReturn:
+        """Raise the error of a header that does not fit (the C constructor's too)."""
+        raise CorruptRecordError(
+            f"truncated batch header: {max(0, len(buf) - position)} bytes, need {HEADER_SIZE}",
+            position,
+        ) from None
 
     base_offset = property(itemgetter(0))
     batch_length = property(itemgetter(1))
@@ -239,17 +247,20 @@ class BatchHeader(tuple):
     record_count = property(itemgetter(12))
     position = property(itemgetter(13))
 
-    @property
-    def compression(self) -> int:
+    def _compression_py(self) -> int:
         return self[5] & COMPRESSION_MASK
 
-    @property
-    def timestamp_type(self) -> int:
+    compression = property(_compression_py)
+
+    def _timestamp_type_py(self) -> int:
         return (self[5] & TIMESTAMP_TYPE_MASK) >> 3
 
-    @property
-    def is_transactional(self) -> bool:
+    timestamp_type = property(_timestamp_type_py)
+
+    def _is_transactional_py(self) -> bool:
         return bool(self[5] & TRANSACTIONAL_MASK)
+
+    is_transactional = property(_is_transactional_py)
 
     @property
     def is_control(self) -> bool:
@@ -271,13 +282,13 @@ class BatchHeader(tuple):
     def next_offset(self) -> int:
         return self[0] + self[6] + 1
 
-    @property
-    def size(self) -> int:
+    def _size_py(self) -> int:
         """Bytes the whole batch occupies: batch_length + 12."""
         return self[1] + LOG_OVERHEAD
 
-    @property
-    def last_sequence(self) -> int:
+    size = property(_size_py)
+
+    def _last_sequence_py(self) -> int:
         """base_sequence + last_offset_delta, wrapping past 2^31-1 to 0 as Kafka does."""
         base, delta = self[11], self[6]
         if base == NO_SEQUENCE:
@@ -285,6 +296,8 @@ class BatchHeader(tuple):
         if base > _INT32_MAX - delta:
             return delta - (_INT32_MAX - base) - 1
         return base + delta
+
+    last_sequence = property(_last_sequence_py)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={self[i]!r}" for i, (name, _) in enumerate(_FIELDS))
@@ -398,6 +411,35 @@ def is_valid_client_batch(view: memoryview, header: BatchHeader) -> bool:
             and 0 < record_count == last_offset_delta + 1
             and (producer_id <= NO_PRODUCER_ID or base_sequence >= 0)
             and crc32c(view[ATTRIBUTES_OFFSET:]) == crc)
+
+
+_is_valid_client_batch_py = is_valid_client_batch
+_new_header_py = BatchHeader.__new__
+# BatchHeader's computed properties read per Produce request: C getters when built
+_NATIVE_PROPERTIES = ("compression", "timestamp_type", "is_transactional", "size",
+                      "last_sequence")
+# read_header(buf, position=0): BatchHeader(buf, position) in one C call when the accelerator
+# is built (without type.__call__'s dispatch to __new__); for the produce path
+read_header = BatchHeader
+
+
+def _use_accelerator(enabled: bool) -> None:
+    """Tests and benchmarks: switch ``BatchHeader()`` and ``is_valid_client_batch`` between
+    the C accelerator (when built) and pure Python, the reference (the C versions give the
+    same answers and errors: tests/protocol/test_produce_fast_differential.py)."""
+    global is_valid_client_batch, read_header
+    native = enabled and _recordwalk is not None
+    BatchHeader.__new__ = staticmethod(_recordwalk.batch_header if native else _new_header_py)
+    read_header = partial(_recordwalk.batch_header, BatchHeader) if native else BatchHeader
+    for name in _NATIVE_PROPERTIES:
+        getter = getattr(_recordwalk, "header_" + name) if native else getattr(
+            BatchHeader, f"_{name}_py")
+        setattr(BatchHeader, name, property(getter, doc=getattr(BatchHeader, f"_{name}_py").__doc__))
+    is_valid_client_batch = (_recordwalk.valid_client_batch if native
+                             else _is_valid_client_batch_py)
+
+
+_use_accelerator(True)
 
 
 def iter_batches(

@@ -39,12 +39,16 @@ Speed: complete records in a window are walked by ``_recordwalk.walk`` (an optio
 accelerator, ``protocol/_recordwalk.c``) or else ``_walk_py``; both only tell a record they
 accept from one they do not (``SUSPECT``), and ``_careful_record`` re-reads a suspect record
 to name precisely what is wrong, so both give the same errors by construction. Pure Python
-stays the reference (``tests/protocol/test_validator_differential.py``).
+stays the reference (``tests/protocol/test_validator_differential.py``). ``quick_summary``
+of an uncompressed CreateTime batch is one C call (``_recordwalk.quick_summary``: the
+timestamp rule and the walk) when built; tests/protocol/test_produce_fast_differential.py
+compares it with the Python function.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import NamedTuple
 
 from semel.protocol.compression import STREAM_CHUNK, decompress_small, stream_decompress
@@ -738,10 +742,20 @@ def _walk_py(
     return pos, index, max_delta, found, found_ts, DONE
 
 
-_walk = _walk_py if _recordwalk is None else _recordwalk.walk
+_walk = _walk_py
+_quick_summary_py = quick_summary
 
 
 def _use_accelerator(enabled: bool) -> None:
-    """Tests: switch between the C walker (when built) and the pure-Python one."""
-    global _walk
-    _walk = _recordwalk.walk if enabled and _recordwalk is not None else _walk_py
+    """Tests: switch between the C walker (when built) and the pure-Python one, and
+    ``quick_summary`` between the C call (an uncompressed CreateTime batch: the timestamp
+    rule and the walk in one call; anything else goes on to the Python function) and the
+    Python function alone."""
+    global _walk, quick_summary
+    native = enabled and _recordwalk is not None
+    _walk = _recordwalk.walk if native else _walk_py
+    quick_summary = (partial(_recordwalk.quick_summary, _quick_summary_py, RecordsSummary)
+                     if native else _quick_summary_py)
+
+
+_use_accelerator(True)

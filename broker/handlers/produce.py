@@ -83,7 +83,7 @@ from semel.protocol.messages.produce_response import (
     ProduceResponse,
     TopicProduceResponse,
 )
-from semel.protocol.records import HEADER_SIZE, MAGIC, BatchHeader
+from semel.protocol.records import HEADER_SIZE, MAGIC, BatchHeader, read_header
 from semel.storage.partition_log import RecordValidationError
 from semel.storage.topic_partition import TopicPartition
 
@@ -444,7 +444,7 @@ def _first_batch(records, version: int) -> tuple[BatchHeader | None, Error, str 
         return None, Error.INVALID_RECORD, (
             f"Produce requests with version {version} must have at least one record batch "
             "per partition")
-    header = BatchHeader(records, 0)
+    header = read_header(records, 0)
     if header.magic != MAGIC:
         return None, Error.INVALID_RECORD, (
             f"Produce requests with version {version} are only allowed to contain record "
