@@ -14,10 +14,14 @@ starts while the earlier one waits; at most ``connection.max.inflight.requests``
 a connection are started and unanswered. Responses leave strictly in request order (Kafka
 requires it): every request takes a slot in a FIFO and the head is written once filled.
 A request starts eagerly, inside the callback that made it ready, and needs a task only
-if it suspends (most never do). Requests a client pipelined run back to back while each is
-done at once, for at most ``BURST_NS`` (200 µs) of the loop per round; what is still ready
-then waits for ``call_soon``, the next round, so every connection gets its turn in each
-round and one holds the loop for about one burst. The answers of a burst leave in one write.
+if it suspends (most never do; an acks=all Produce of the fast path waiting for the disk
+does not either: its answer comes through a future, ``Dispatcher.dispatch``'s ``defer_on``).
+Requests a client pipelined run back to back while each is done at once, for at most
+``BURST_NS`` (200 µs) of the loop per round; what is still ready then waits for
+``call_soon``, the next round, so every connection gets its turn in each round and one
+holds the loop for about one burst. The answers of a burst leave in one write, and so do
+those answered in one round of the loop outside a burst (the requests one fsync made
+durable): the write waits for the end of the round (``_flush``).
 
 Back-pressure: reading stops while the frames waiting for their turn fill the connection's
 64 KiB read buffer (or a whole large frame waits), while the bytes of
@@ -79,6 +83,7 @@ from semel.storage.file_region import FileRegion
 # how long one connection may run requests back to back in one round of the event loop
 BURST_NS = 200_000
 IOV_MAX = 1024  # buffers per writev (Linux's UIO_MAXIOV)
+_FUTURE = asyncio.Future
 
 if TYPE_CHECKING:
     from semel.broker.security.endpoint import ListenerEndpoint
@@ -88,13 +93,48 @@ log = logging.getLogger("broker.connection")
 
 
 class _Slot:
-    __slots__ = ("data", "done", "holds_turn", "size")
+    """One request's place in the connection's FIFO of responses."""
 
-    def __init__(self, size: int) -> None:
+    __slots__ = ("conn", "data", "done", "holds_turn", "size")
+
+    def __init__(self, conn: Connection, size: int) -> None:
+        self.conn = conn
         self.done = False
         self.data: list | None = None  # the response frame's buffers
         self.size = size
         self.holds_turn = True
+
+    def release(self) -> None:
+        """The request hands the connection's turn on (``RequestContext.release``): a bound
+        method, not a closure made per request."""
+        if self.holds_turn:
+            self.holds_turn = False
+            conn = self.conn
+            conn.running = False
+            conn._pump()
+
+    def task_done(self, task: asyncio.Task) -> None:
+        conn = self.conn
+        conn.tasks.discard(task)
+        if task.cancelled() or task.result() is None:  # else: answer_done finishes it
+            conn._finished(self)
+
+    def answer_done(self, answer: asyncio.Future) -> None:
+        """The answer of a request that waited without a task (``Dispatcher.dispatch``'s
+        ``defer_on``) is ready, failed or cancelled: as the end of ``_run`` and
+        ``task_done`` for one that waited in a task."""
+        conn = self.conn
+        conn.tasks.discard(answer)
+        if not answer.cancelled():
+            exc = answer.exception()
+            if exc is None:
+                self.data = answer.result()
+                conn._answered(self)
+            else:
+                conn.broker.bad_input_log.exception(
+                    f"closing {conn.peer}: unexpected error while handling a request")
+                conn.close()
+        conn._finished(self)
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -109,6 +149,7 @@ class Connection(asyncio.BufferedProtocol):
         self.max_pending = config.connection_max_pending_bytes
         self.max_inflight = config.connection_max_inflight_requests
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # set once connected
         self.peer = "?"
         self.ip = "?"
         self.admitted = False
@@ -118,6 +159,7 @@ class Connection(asyncio.BufferedProtocol):
         self.running = False  # a request of this connection holds its turn
         self.pumping = False  # _pump is starting a request (re-entered from it)
         self.flush_deferred = False  # responses of the current burst wait for its end
+        self.write_scheduled = False  # responses answered outside a burst: written soon
         self.pump_scheduled = False
         self.reading_paused = False
         self.writing_paused = False
@@ -147,6 +189,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        # cached: get_running_loop() looks at the process id on each call
+        self.loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         if peer:
             self.ip = peer[0]
@@ -214,7 +258,7 @@ class Connection(asyncio.BufferedProtocol):
             self.flush_deferred = False
             if self._write_done() and self.reader.frame_ready and not self.pump_scheduled:
                 self.pump_scheduled = True  # the burst ended on a full window: next round
-                asyncio.get_running_loop().call_soon(self._scheduled_pump)
+                self.loop.call_soon(self._scheduled_pump)
         reader = self.reader
         if reader.buffered and not reader.frame_ready:
             if self.partial_since is None:
@@ -230,16 +274,20 @@ class Connection(asyncio.BufferedProtocol):
         However many requests a client pipelines, it holds the loop for about one burst
         per round."""
         reader = self.reader
+        slots = self.slots
+        session = self.session
+        queue_time = self.broker.metrics.queue_time
         started = 0
-        while not (self.running or self.closed or len(self.slots) >= self.max_inflight
-                   or self.session.close_after_ms is not None
+        while not (self.running or self.closed or len(slots) >= self.max_inflight
+                   or session.close_after_ms is not None
                    or self.throttled_until is not None):
+            now = perf_counter_ns()  # one clock reading: the burst's and the queue time's
             if started == 0:
-                started = perf_counter_ns()
-            elif perf_counter_ns() - started > BURST_NS:
+                started = now
+            elif now - started > BURST_NS:
                 if reader.frame_ready and not self.pump_scheduled:
                     self.pump_scheduled = True
-                    asyncio.get_running_loop().call_soon(self._scheduled_pump)
+                    self.loop.call_soon(self._scheduled_pump)
                 return
             try:
                 frame = reader.next_frame()
@@ -249,17 +297,14 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if frame is None:
                 return
-            self._queued(perf_counter_ns())
+            # the request queue time of the frame starting now: since the read that
+            # completed it; for a frame that arrived whole behind others, since the latest
+            # read (its own may have been earlier: a lower bound)
+            ready = self.ready_ns
+            if ready is not None:
+                queue_time.observe((now - ready) / 1e9)
+            self.ready_ns = self.read_ns if reader.frame_ready else None
             self._start(frame)
-
-    def _queued(self, now_ns: int) -> None:
-        """Observe the request queue time of the frame starting now: since the read that
-        completed it; for a frame that arrived whole behind others, since the latest read
-        (its own may have been earlier: a lower bound)."""
-        ready = self.ready_ns
-        if ready is not None:
-            self.broker.metrics.queue_time.observe((now_ns - ready) / 1e9)
-        self.ready_ns = self.read_ns if self.reader.frame_ready else None
 
     def _scheduled_pump(self) -> None:
         self.pump_scheduled = False
@@ -269,25 +314,29 @@ class Connection(asyncio.BufferedProtocol):
         """Run the request eagerly: up to its first suspension inside this call (most
         requests never suspend, and then need no task and no extra loop iteration); a
         request that suspends goes on in a task."""
-        slot = _Slot(len(frame))
+        size = len(frame)
+        slot = _Slot(self, size)
         self.slots.append(slot)
-        self.pending_bytes += slot.size
+        self.pending_bytes += size
         self.running = True
         self.last_active = self.broker.monotonic_ms()
         coro = self._run(frame, slot)
         try:
             yielded = coro.send(None)
-        except StopIteration:
-            self._finished(slot)
+        except StopIteration as stop:
+            if stop.value is None:  # else: answered later, by the future (answer_done)
+                self._finished(slot)
             return
-        task = asyncio.get_running_loop().create_task(_resumed(coro, yielded))
+        task = self.loop.create_task(_resumed(coro, yielded))
         self.tasks.add(task)
-        task.add_done_callback(lambda t: self._task_finished(t, slot))
+        task.add_done_callback(slot.task_done)
 
-    async def _run(self, frame: memoryview, slot: _Slot) -> None:
+    async def _run(self, frame: memoryview, slot: _Slot) -> asyncio.Future | None:
+        """Dispatch the request and answer it; or, for an answer that will come later
+        without a task (a Produce waiting for the disk), the future that brings it."""
         try:
-            slot.data = await self.dispatcher.dispatch(
-                frame, self.session, lambda: self._release_turn(slot), self.throttle)
+            data = await self.dispatcher.dispatch(
+                frame, self.session, slot.release, self.throttle, defer_on=self.loop)
         except CloseConnection as e:
             self.bad_input(e.reason, f"closing {self.peer}: {e}")
             self.close()
@@ -298,7 +347,16 @@ class Connection(asyncio.BufferedProtocol):
             self.broker.bad_input_log.exception(
                 f"closing {self.peer}: unexpected error while handling a request")
             self.close()
-            return
+            return None
+        if data.__class__ is _FUTURE:
+            self.tasks.add(data)
+            data.add_done_callback(slot.answer_done)
+            return data
+        slot.data = data
+        self._answered(slot)
+        return None
+
+    def _answered(self, slot: _Slot) -> None:
         slot.done = True
         close_after_ms = self.session.close_after_ms
         if close_after_ms is not None:  # failed authentication: answer, then close
@@ -306,8 +364,8 @@ class Connection(asyncio.BufferedProtocol):
                            f"failed authentication with {self.peer} on {self.session.listener}")
             self._update_reading()
             self.close_at = self.broker.monotonic_ms() + close_after_ms
-            asyncio.get_running_loop().call_later(close_after_ms / 1000, self.close_if_due)
-        self._release_turn(slot)
+            self.loop.call_later(close_after_ms / 1000, self.close_if_due)
+        slot.release()
         self._flush()
 
     def close_if_due(self) -> None:
@@ -320,7 +378,7 @@ class Connection(asyncio.BufferedProtocol):
         if left <= 0:
             self.close()
         else:
-            asyncio.get_running_loop().call_later(left / 1000, self.close_if_due)
+            self.loop.call_later(left / 1000, self.close_if_due)
 
     def throttle(self, ms: int) -> None:
         """Mute the connection for ``ms`` (a client quota was exceeded): responses already
@@ -332,40 +390,39 @@ class Connection(asyncio.BufferedProtocol):
         self.throttled_until = until
         self._update_reading()
         if first:
-            asyncio.get_running_loop().call_later(ms / 1000, self._unthrottle_if_due)
+            self.loop.call_later(ms / 1000, self._unthrottle_if_due)
 
     def _unthrottle_if_due(self) -> None:
         if self.closed or self.throttled_until is None:
             return
         left = self.throttled_until - self.broker.monotonic_ms()
         if left > 0:
-            asyncio.get_running_loop().call_later(left / 1000, self._unthrottle_if_due)
+            self.loop.call_later(left / 1000, self._unthrottle_if_due)
             return
         self.throttled_until = None
         self._pump()
-
-    def _task_finished(self, task: asyncio.Task, slot: _Slot) -> None:
-        self.tasks.discard(task)
-        self._finished(slot)
 
     def _finished(self, slot: _Slot) -> None:
         """Every request ends here, also when cancelled before it ran: its frame's memory is
         given back and the turn passes on."""
         self.memory.release(slot.size)
-        self._release_turn(slot)
-
-    def _release_turn(self, slot: _Slot) -> None:
         if slot.holds_turn:
-            slot.holds_turn = False
-            self.running = False
-            self._pump()
+            slot.release()
 
     def _flush(self) -> None:
-        """Write the answered requests at the head; in a burst (``_pump`` running them) once
-        the burst ends, all together."""
+        """Write the answered requests at the head, several together: in a burst (``_pump``
+        running them) once the burst ends; else (requests resumed when the disk caught up,
+        say) once the loop's current round has run the rest of what was ready - so the
+        answers of the acks=all requests one fsync made durable leave in one write."""
         if self.pumping:
             self.flush_deferred = True
-        elif self._write_done():
+        elif not self.write_scheduled:
+            self.write_scheduled = True
+            self.loop.call_soon(self._scheduled_write)
+
+    def _scheduled_write(self) -> None:
+        self.write_scheduled = False
+        if self._write_done():
             self._pump()
 
     def _write_done(self) -> bool:
@@ -499,7 +556,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _wait_writable(self) -> None:
         if not self.out_waiting:
-            asyncio.get_running_loop().add_writer(self.out_fd, self._send_out)
+            self.loop.add_writer(self.out_fd, self._send_out)
             self.out_waiting = True
 
     def _close_out(self) -> None:
@@ -507,7 +564,7 @@ class Connection(asyncio.BufferedProtocol):
         if fd is not None:
             if self.out_waiting:
                 self.out_waiting = False
-                asyncio.get_running_loop().remove_writer(fd)
+                self.loop.remove_writer(fd)
             os.close(fd)
 
     def _drop_out(self) -> None:
@@ -554,6 +611,8 @@ class Connection(asyncio.BufferedProtocol):
         """Close once what was answered has gone out (the transport's buffer, and a region
         being sent with what follows it)."""
         if not self.closed:
+            if self.transport is not None:
+                self._write_done()  # answers waiting for the end of a burst or round
             self.closed = True
             if self.transport is not None:
                 if self.out:

@@ -18,10 +18,13 @@ quota is set none of this runs and Produce takes its fast path.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 import time
 from collections.abc import Callable
+from functools import partial
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from semel.broker.context import RequestContext
@@ -70,10 +73,15 @@ class Dispatcher:
 
     async def dispatch(self, frame: memoryview, session: Session,
                        release: Callable[[], None] | None = None,
-                       throttle: Callable[[int], None] | None = None) -> list | None:
+                       throttle: Callable[[int], None] | None = None, *,
+                       defer_on: asyncio.AbstractEventLoop,
+                       ) -> list | asyncio.Future | None:
         """The response frame (size prefix included) as buffers for ``writelines``, or None
         when no response is sent (acks=0). Large fetched records are not copied into it.
-        ``throttle(ms)``: a quota was exceeded; the connection reads nothing more for ms."""
+        ``throttle(ms)``: a quota was exceeded; the connection reads nothing more for ms.
+        ``defer_on``: a Produce of the fast path waiting for the disk does not suspend; a
+        future of this loop is returned instead, which gets the buffers once it is answered
+        (the connection then needs no task for it)."""
         if session.raw_tokens:
             return self._raw_token(frame, session)
         try:
@@ -105,7 +113,7 @@ class Dispatcher:
                 return self._unsupported_api_versions(correlation_id)
             raise CloseConnection(f"unsupported version {version} of api {api_key}",
                                   "unsupported_version")
-        started = time.perf_counter()
+        started = perf_counter()
         broker = self.broker
         interceptor = broker.interceptor
         quotas = self.quotas
@@ -118,7 +126,8 @@ class Dispatcher:
                     # while this one waits for the disk
                     if release is not None:
                         release()
-                    await fast.wait()
+                    return fast.answer_when_durable(
+                        defer_on, partial(self._fast_answer, fast, correlation_id, started))
                 return self._fast_answer(fast, correlation_id, started)
         try:
             header, pos = parse_request_header(frame, api.request_header_version(api_key, version))
@@ -156,7 +165,7 @@ class Dispatcher:
         api.codec(api_key, "response").encode(version, response, out)
         if self.metrics is not None:
             # latency, and the error codes in the response (which: broker/metrics.py)
-            self.metrics.observe_request(api_key, time.perf_counter() - started, response)
+            self.metrics.observe_request(api_key, perf_counter() - started, response)
         return out.chunks()
 
     def _throttle(self, api_key: int, header, session: Session, request, response,
@@ -198,9 +207,10 @@ class Dispatcher:
         out = fast.encode(correlation_id)
         metrics = self.metrics
         if metrics is not None:
-            metrics.observe_request(PRODUCE, time.perf_counter() - started)
-            for code in fast.error_codes():
-                metrics.count_error(PRODUCE, code)
+            metrics.observe_request(PRODUCE, perf_counter() - started)
+            if fast.any_failed:
+                for code in fast.error_codes():
+                    metrics.count_error(PRODUCE, code)
         return [out]
 
     def _raw_token(self, frame: memoryview, session: Session) -> list:

@@ -61,12 +61,14 @@ class FileHandle:
     def pwrite(self, data: bytes | bytearray | memoryview, position: int) -> None:
         """Write all of `data` at `position`, looping over short writes."""
         view = memoryview(data).cast("B")
-        written = 0
         total = len(view)
-        while written < total:
-            n = self._fs._write_at(self, view[written:], position + written)
+        if not total:
+            return
+        n = written = self._fs._write_at(self, view, position)  # all of it, usually
+        while written < total:  # a short write: the rest, from where it stopped
             if n <= 0:
                 raise OSError(errno.EIO, "write returned no progress", self.path)
+            n = self._fs._write_at(self, view[written:], position + written)
             written += n
 
     def truncate(self, size: int) -> None:

@@ -484,7 +484,9 @@ class LogManager:
             self._dirty_event.set()
 
     def get_partition(self, topic: str, partition: int) -> PartitionLog | None:
-        return self._logs.get(TopicPartition(topic, partition))
+        # a plain tuple hashes and compares as the TopicPartition keys do, and is cheaper to
+        # make (once or more per Produce request)
+        return self._logs.get((topic, partition))
 
     @property
     def logs(self) -> dict[TopicPartition, PartitionLog]:

@@ -584,8 +584,9 @@ class PartitionLog:
         _OFFSET_LENGTH_EPOCH.pack_into(records, 0, offset, header[1], self.leader_epoch)
         if batch_max != header[8]:  # maxTimestamp := the largest record timestamp
             set_max_timestamp_and_type(records, 0, batch_max, CREATE_TIME)
-        self._maybe_roll(size, batch_max, last, now)
         segment = self._segments[-1]
+        if self._should_roll(segment, size, batch_max, last, now):
+            segment = self.roll()
         self._write(segment, records, (AppendedBatch(size, last, batch_max),))
         self._log_end_offset = last + 1
         if batch is not None:
@@ -625,7 +626,9 @@ class PartitionLog:
             self._hw_position = (segment, segment.size)
             if producer_state.unreplicated_txns:
                 producer_state.on_high_watermark_updated(log_end)
-            self._notify_high_watermark()
+            listener = self.high_watermark_listener  # _notify_high_watermark, inline
+            if listener is not None:
+                listener(self)
 
     def _complete_txns(self, segment: LogSegment, completed: list[CompletedTxn]) -> None:
         """Markers were written: index the aborted transactions in the segment holding the
@@ -792,19 +795,26 @@ class PartitionLog:
     def _should_roll(
         self, segment: LogSegment, size: int, max_timestamp: int, last_offset: int, now: int
     ) -> bool:
+        # (run on every append: the segment's cached values are read directly, not through
+        # its properties, where that is the same)
         config = self.config
-        if segment.size == 0:
+        segment_size = segment.size
+        if segment_size == 0:
             return False
-        if segment.size > config.segment_bytes - size:
+        if segment_size > config.segment_bytes - size:
             return True
-        rolling = segment.rolling_based_timestamp
+        rolling = segment._rolling_based_timestamp
+        if rolling is None:  # not read from the file yet
+            rolling = segment.rolling_based_timestamp
         if rolling is not None and rolling >= 0:
             waited = max_timestamp - rolling
         else:
             waited = now - segment.created_ms
         if waited > config.segment_ms - segment.roll_jitter_ms:
             return True
-        if segment.offset_index.is_full or segment.time_index.is_full:
+        offset_index, time_index = segment.offset_index, segment.time_index
+        if (offset_index.entries >= offset_index.max_entries
+                or time_index.entries >= time_index.max_entries):  # is_full
             return True
         return last_offset - segment.base_offset > _INT32_MAX
 

@@ -330,7 +330,10 @@ class LogSegment:
             self._rolling_based_timestamp,
         )
         try:
-            self._file().pwrite(data, start)
+            handle = self._log
+            if handle is None or handle.fd < 0:  # _file(), one call less per append
+                handle = self._file()
+            handle.pwrite(data, start)
             self.size = start + len(data)
             if start == 0:
                 self._rolling_based_timestamp = batches[0].max_timestamp

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 
 from semel.broker.handlers._authz import (
     NOTHING,
@@ -281,22 +282,47 @@ class FastProduce:
     """A Produce request of the common shape, appended (``fast_path``); ``wait`` (acks=all
     with data not yet durable) and ``encode`` finish it."""
 
-    __slots__ = ("results", "timeout_ms", "version", "waits")
+    __slots__ = ("any_failed", "results", "timeout_ms", "version", "waits")
 
     def __init__(self, version: int, timeout_ms: int, results: list, waits: list) -> None:
         self.version = version
         self.timeout_ms = timeout_ms
         self.results = results  # [(topic, [PartitionResult])]
         self.waits = waits  # [(plog, next offset, topic position, partition position)]
+        self.any_failed = False  # some partition's answer has an error code
 
-    async def wait(self) -> None:
-        """Until every waited partition is durable; failures become its error."""
-        failures = await _durable_failures([(plog, offset) for plog, offset, _, _ in self.waits],
-                                           self.timeout_ms)
-        for (_, _, t, p), failure in zip(self.waits, failures, strict=True):
-            if failure is not None:
-                partitions = self.results[t][1]
-                partitions[p] = _failed(partitions[p].index, *failure)
+    def answer_when_durable(self, loop: asyncio.AbstractEventLoop,
+                            answer: Callable[[], list]) -> asyncio.Future:
+        """``wait`` without a coroutine, for the connection (no task per request waiting for
+        the disk): a future of ``loop`` that gets ``answer()`` once every waited partition is
+        durable or failed, as ``wait`` would have left the results (the same futures, the
+        same timeout). Cancelling it (the connection closed) stops the waits."""
+        result = loop.create_future()
+        pending = []
+        for i, (plog, offset, _, _) in enumerate(self.waits):
+            try:
+                future = plog.durable_future(offset, loop)
+            except KafkaError as e:
+                self._wait_failed(i, (e.code, e.message))
+            else:
+                if future is not None:
+                    pending.append((i, future))
+        if not pending:
+            _set_answer(result, answer)
+            return result
+        countdown = _Countdown(self, pending, result, answer)
+        for _, future in pending:
+            future.add_done_callback(countdown.one_done)
+        result.add_done_callback(countdown.finished)
+        if self.timeout_ms > 0:
+            countdown.timer = loop.call_later(self.timeout_ms / 1000, _time_out, pending)
+        return result
+
+    def _wait_failed(self, i: int, failure: tuple[Error, str | None]) -> None:
+        _, _, t, p = self.waits[i]
+        partitions = self.results[t][1]
+        partitions[p] = _failed(partitions[p].index, *failure)
+        self.any_failed = True
 
     def appended(self, broker, position: int, topic: str, index: int, plog, records,
                  header: BatchHeader, result, acks_all: bool) -> None:
@@ -314,6 +340,7 @@ class FastProduce:
             self.waits.append((plog, result.last_offset + 1, position, len(partitions) - 1))
 
     def failed(self, position: int, index: int, plog, e: KafkaError) -> None:
+        self.any_failed = True
         self.results[position][1].append(_failed(
             index, e.code, e.message, -1 if e.code in _NO_LOG_START else plog.log_start_offset))
 
@@ -324,6 +351,66 @@ class FastProduce:
         """The non-zero error codes of the answer (for the error metric)."""
         return [p.error_code for _, partitions in self.results for p in partitions
                 if p.error_code]
+
+
+class _Countdown:
+    """The durable futures of one ``FastProduce.answer_when_durable``: each one done counts
+    down; the last one sets the answer (``_durable_failures``' outcomes, in the results)."""
+
+    __slots__ = ("answer", "fast", "left", "pending", "result", "timer")
+
+    def __init__(self, fast: FastProduce, pending: list[tuple[int, asyncio.Future]],
+                 result: asyncio.Future, answer: Callable[[], list]) -> None:
+        self.fast = fast
+        self.pending = pending
+        self.left = len(pending)
+        self.result = result
+        self.answer = answer
+        self.timer: asyncio.TimerHandle | None = None
+
+    def one_done(self, _future: asyncio.Future) -> None:
+        self.left -= 1
+        if self.left or self.result.done():
+            return
+        fast = self.fast
+        for i, future in self.pending:
+            if future.cancelled():  # not by us (the result is not done): as a failure
+                fast._wait_failed(i, (Error.KAFKA_STORAGE_ERROR, "cancelled"))
+                continue
+            exc = future.exception()
+            if exc is None:
+                continue
+            if isinstance(exc, _TimedOut):
+                plog, offset, _, _ = fast.waits[i]
+                if plog.high_watermark >= offset:
+                    continue
+                exc = KafkaError(Error.REQUEST_TIMED_OUT)
+            fast._wait_failed(i, _failure(exc))
+        _set_answer(self.result, self.answer)
+
+    def finished(self, result: asyncio.Future) -> None:
+        """Answered, or cancelled (then the waits stop: nobody reads a failure set later,
+        none is logged)."""
+        if self.timer is not None:
+            self.timer.cancel()
+        if result.cancelled():
+            for _, future in self.pending:
+                if not future.cancel() and not future.cancelled():
+                    future.exception()
+
+
+def _set_answer(result: asyncio.Future, answer: Callable[[], list]) -> None:
+    try:
+        result.set_result(answer())
+    except Exception as e:  # noqa: BLE001 - a fault of ours, for the connection to report
+        result.set_exception(e)
+
+
+def _failure(exc: BaseException) -> tuple[Error, str | None]:
+    """The error and message a durable wait's failure answers."""
+    if isinstance(exc, KafkaError):
+        return exc.code, exc.message
+    return Error.KAFKA_STORAGE_ERROR, repr(exc)
 
 
 def fast_path(broker, frame: memoryview, version: int) -> FastProduce | None:
@@ -588,9 +675,7 @@ async def _durable_failures(waits: list[tuple[object, int]],
             for _, future in pending:  # nobody reads a failure set later: none is logged
                 if not future.cancel() and not future.cancelled():
                     future.exception()
-    return [None if result is None
-            else (result.code, result.message) if isinstance(result, KafkaError)
-            else (Error.KAFKA_STORAGE_ERROR, repr(result)) for result in results]
+    return [None if result is None else _failure(result) for result in results]
 
 
 class _TimedOut(Exception):

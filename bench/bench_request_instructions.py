@@ -1,0 +1,151 @@
+"""Instructions the broker executes per Produce request, counted by callgrind.
+
+    .venv/bin/python bench/bench_request_instructions.py [--requests 2000] [--warm-up 500]
+        [--durable] [--root DIR] [--keep DIR] [--repeat N]
+
+CPU-time benchmarks (bench/bench_request_cost.py) move with the machine's load; the count
+of instructions does not, so a change of a few per cent per request shows. The broker is
+the real one: ``python -m semel.broker serve`` (uvloop, the Dispatcher, the produce fast
+path, the log, log.flush.mode=none, or the default fsync mode with ``--durable``) under
+``valgrind --tool=callgrind`` - only the broker: the client is this process, not traced.
+The client is bench_request_cost's: pre-encoded Produce v11 frames as Java kafka-clients
+sends them (acks=all, one idempotent batch of one 10-byte record per request, at most 5 in
+flight), over a loopback socket.
+
+Start-up and shut-down cost the same whatever the number of requests, so the broker runs
+twice: ``warm-up + N`` and ``warm-up + 2N`` requests; (instructions of the second -
+instructions of the first) / N is the cost of one request in steady state. The kernel's
+part (socket writes, pwrite, fdatasync) is not counted - callgrind sees user space only.
+The runs take about a minute each (Python under callgrind runs ~50x slower; the start-up
+is most of it); ``--repeat`` runs the pair again and prints each figure and the median.
+
+``--root DIR``: the broker of another tree (e.g. a snapshot ``git archive HEAD | tar -x``)
+with that tree's packages first on PYTHONPATH (bench/brokers.py's ``import_root``), for
+before/after figures on the same harness. ``--keep DIR``: keep the callgrind files
+(``callgrind_annotate`` shows where the instructions went, by C function: the interpreter,
+uvloop, crc32c, the record walker) and each run's stderr (valgrind's and the broker's log,
+``*.log``). PYTHONHASHSEED is fixed so that two runs hash alike; two runs of the same tree
+agree within about 0.1%. Byte-compile first (``python -m compileall``; the machine may set
+PYTHONDONTWRITEBYTECODE), or every run compiles the edited modules again - the same in both
+runs of a pair, so it cancels, but it makes them slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.bench_request_cost import READY, check_last, frames, send_all
+from bench.brokers import import_root
+from semel.protocol import api
+from tests.kafka_wire import KafkaWire, create_topic, message
+
+INIT_PRODUCER_ID = 22
+_TOTALS = re.compile(rb"^(?:totals|summary):\s*(\d+)", re.MULTILINE)
+
+
+def start_broker(root: Path, data_dir: str, durable: bool,
+                 out_file: Path) -> tuple[subprocess.Popen, str]:
+    """The broker of ``root`` under callgrind; (process, bootstrap) once it is ready."""
+    path, prefix = import_root(root)
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    env["PYTHONPATH"] = os.pathsep.join([str(path), *filter(None, [env.get("PYTHONPATH")])])
+    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
+               "--trace-children=no", sys.executable, "-m", prefix + "broker", "serve",
+               "--port", "0", "--data-dir", data_dir, "--log-level", "WARNING"]
+    if not durable:
+        command += ["--set", "log.flush.mode=none"]
+    with open(out_file.with_name(out_file.name + ".log"), "wb") as log:  # valgrind's, the broker's
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, cwd=root, env=env)
+    line = proc.stdout.readline()
+    found = READY.search(line)
+    if not found:
+        proc.kill()
+        raise RuntimeError(f"the broker did not start: {line!r}")
+    return proc, f"{found.group(1).decode()}:{found.group(2).decode()}"
+
+
+def produce(bootstrap: str, warm_up: int, count: int) -> None:
+    """A topic, a producer id, ``warm_up`` then ``count`` tiny requests (checked)."""
+    topic = "instructions"
+    with KafkaWire.connect(bootstrap) as wire:
+        if create_topic(wire, topic, 1):
+            raise RuntimeError("CreateTopics failed")
+        response = wire.request(INIT_PRODUCER_ID, 4, message(
+            INIT_PRODUCER_ID, "request", transactional_id=None, transaction_timeout_ms=60_000,
+            producer_id=-1, producer_epoch=-1))
+        if response.error_code:
+            raise RuntimeError(f"InitProducerId failed: {response.error_code}")
+        producer_id, epoch = response.producer_id, response.producer_epoch
+    requests = frames(topic, producer_id, epoch, "tiny", warm_up + count, 0)
+    _, last = send_all(bootstrap, requests[:warm_up])
+    check_last(last, warm_up - 1)
+    _, last = send_all(bootstrap, requests[warm_up:])
+    check_last(last, warm_up + count - 1)
+
+
+def instructions(root: Path, durable: bool, warm_up: int, count: int, out_file: Path) -> int:
+    """Instructions of one broker run serving ``warm_up + count`` requests."""
+    with tempfile.TemporaryDirectory(prefix="semel-instr-") as d:
+        proc, bootstrap = start_broker(root, str(Path(d) / "data"), durable, out_file)
+        try:
+            produce(bootstrap, warm_up, count)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=300)
+    found = _TOTALS.search(out_file.read_bytes())
+    if found is None:
+        raise RuntimeError(f"no totals in {out_file}")
+    return int(found.group(1))
+
+
+def per_request(root: Path, durable: bool, warm_up: int, count: int, work: Path,
+                tag: str) -> float:
+    small = instructions(root, durable, warm_up, count, work / f"callgrind.{tag}.n")
+    large = instructions(root, durable, warm_up, 2 * count, work / f"callgrind.{tag}.2n")
+    return (large - small) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="N (the runs: N and 2N)")
+    parser.add_argument("--warm-up", type=int, default=500)
+    parser.add_argument("--durable", action="store_true", help="fsync mode (default: none)")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the tree whose broker runs")
+    parser.add_argument("--keep", type=Path, help="keep the callgrind files here")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed")
+    api.codec(0, "request")  # fail here, not in a broker run, if the codecs do not load
+    work = args.keep or Path(tempfile.mkdtemp(prefix="semel-instr-"))
+    work.mkdir(parents=True, exist_ok=True)
+    mode = "durable" if args.durable else "none"
+    figures = []
+    try:
+        for i in range(args.repeat):
+            figure = per_request(args.root.resolve(), args.durable, args.warm_up,
+                                 args.requests, work, f"{mode}.{i}")
+            figures.append(figure)
+            print(f"{mode}: {figure:,.0f} instructions/request", flush=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if len(figures) > 1:
+        print(f"{mode}: median {statistics.median(figures):,.0f} instructions/request")
+
+
+if __name__ == "__main__":
+    main()
