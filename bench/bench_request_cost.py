@@ -71,12 +71,16 @@ class Unsupported(RuntimeError):
     error answer); the message says which, in a few words."""
 
 
-def start_broker(data_dir: str, durable: bool) -> tuple[subprocess.Popen, str]:
-    command = [sys.executable, "-m", "semel.broker", "serve", "--port", "0", "--data-dir",
+def start_broker(data_dir: str, durable: bool, *, launcher: tuple[str, ...] = (),
+                 module: str = "semel.broker", cwd: Path = ROOT, env: dict | None = None,
+                 stderr=None) -> tuple[subprocess.Popen, str]:
+    """A broker (``python -m module serve``, behind ``launcher`` such as valgrind) on an
+    ephemeral port; (process, bootstrap) once it has printed its ready line."""
+    command = [*launcher, sys.executable, "-m", module, "serve", "--port", "0", "--data-dir",
                data_dir, "--log-level", "WARNING"]
     if not durable:
         command += ["--set", "log.flush.mode=none"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=ROOT)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, cwd=cwd, env=env)
     line = proc.stdout.readline()
     found = READY.search(line)
     if not found:

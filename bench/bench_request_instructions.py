@@ -47,7 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_request_cost import READY, check_last, frames, send_all
+from bench.bench_request_cost import check_last, frames, send_all
+from bench.bench_request_cost import start_broker as start_broker_process
 from bench.brokers import import_root
 from semel.protocol import api
 from tests.kafka_wire import KafkaWire, create_topic, message
@@ -62,19 +63,11 @@ def start_broker(root: Path, data_dir: str, durable: bool,
     path, prefix = import_root(root)
     env = dict(os.environ, PYTHONHASHSEED="0")
     env["PYTHONPATH"] = os.pathsep.join([str(path), *filter(None, [env.get("PYTHONPATH")])])
-    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
-               "--trace-children=no", sys.executable, "-m", prefix + "broker", "serve",
-               "--port", "0", "--data-dir", data_dir, "--log-level", "WARNING"]
-    if not durable:
-        command += ["--set", "log.flush.mode=none"]
+    launcher = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
+                "--trace-children=no")
     with open(out_file.with_name(out_file.name + ".log"), "wb") as log:  # valgrind's, the broker's
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, cwd=root, env=env)
-    line = proc.stdout.readline()
-    found = READY.search(line)
-    if not found:
-        proc.kill()
-        raise RuntimeError(f"the broker did not start: {line!r}")
-    return proc, f"{found.group(1).decode()}:{found.group(2).decode()}"
+        return start_broker_process(data_dir, durable, launcher=launcher,
+                                    module=prefix + "broker", cwd=root, env=env, stderr=log)
 
 
 def produce(bootstrap: str, warm_up: int, count: int) -> None:

@@ -5,30 +5,12 @@ disk holds, and a connection closed while its requests wait: nothing is left beh
 
 from __future__ import annotations
 
-import threading
 import time
 
 from semel.broker.testing import BrokerThread
 from semel.protocol.errors import Error
-from semel.storage.fs import FaultyFileSystem
+from tests.held_fsyncs import HeldFsyncs
 from tests.kafka_wire import PRODUCE, KafkaWire, make_topic, produce_request, records_batch
-
-
-class HeldFsyncs(FaultyFileSystem):
-    """Once ``hold`` is set, fsyncs of files whose path contains it wait for ``release``
-    (in the flusher's thread), as a disk that has not answered yet."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hold: str | None = None
-        self.held = threading.Event()
-        self.release = threading.Event()
-
-    def _fsync(self, handle) -> None:
-        if self.hold is not None and self.hold in handle.path:
-            self.held.set()
-            self.release.wait()
-        super()._fsync(handle)
 
 
 def send_produce(wire: KafkaWire, topic: str, value: bytes, timeout_ms: int = 30_000) -> int:

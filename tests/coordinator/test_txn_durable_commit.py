@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import threading
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -28,26 +27,10 @@ from semel.storage.fs import FaultyFileSystem
 from semel.storage.log_manager import LogManager
 from semel.storage.topic_partition import TopicPartition
 from tests.coordinator.txn_harness import CONFIG, Env, FakeProducerIds, ManualClock
+from tests.held_fsyncs import HeldFsyncs
 
 S = TransactionState
 T0 = TopicPartition("t", 0)
-
-
-class HeldFsyncs(FaultyFileSystem):
-    """Once ``hold`` is set, fsyncs of files whose path contains it wait for ``release``
-    (in the flusher's thread), as a disk that has not answered yet."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hold: str | None = None
-        self.held = threading.Event()
-        self.release = threading.Event()
-
-    def _fsync(self, handle) -> None:
-        if self.hold is not None and self.hold in handle.path:
-            self.held.set()
-            self.release.wait()
-        super()._fsync(handle)
 
 
 async def start(data_dir: Path, fs, clock: ManualClock, producer_ids: FakeProducerIds,
