@@ -72,6 +72,7 @@ DEFERRED = (
     "semel.coordinator.share.partition", "semel.coordinator.share.records",
     "semel.coordinator.share.store",
     "encodings.idna",  # the listener's host is an address: nothing to resolve
+    "cramjam", "lz4", "zstandard",  # no compressed batch yet
 )
 DEFERRED_PACKAGES = ("semel.protocol.messages.", "semel.broker.handlers.")
 
