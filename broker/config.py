@@ -76,6 +76,7 @@ from semel.broker.security.listeners import (
     resolve_listener_security,
 )
 from semel.broker.security.listeners import InvalidValue as _Invalid
+from semel.storage.config import config_class
 
 __all__ = [
     "ALIASES",
@@ -302,7 +303,7 @@ def _parse_consumer_assignors(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-@dataclass(frozen=True, slots=True)
+@config_class
 class BrokerConfig:
     """Every property the broker honours; attribute = Kafka name with '.' -> '_'."""
 
@@ -530,7 +531,7 @@ class BrokerConfig:
         "topics __consumer_offsets and __transaction_state too.",
         semel="semel's own key",
     )
-    metrics_listener: Endpoint | None = _custom(  # noqa: RUF009 (returns a field())
+    metrics_listener: Endpoint | None = _custom(
         None,
         "host:port of the Prometheus /metrics HTTP endpoint; empty = off.",
         _parse_endpoint,
@@ -547,16 +548,16 @@ class BrokerConfig:
     ssl_keystore_location: str = _text(
         "", "Key store file: the broker's key and certificate chain."
     )
-    ssl_keystore_password: Password | None = _secret(  # noqa: RUF009
+    ssl_keystore_password: Password | None = _secret(
         "Password of the key store file (not PEM)."
     )
-    ssl_key_password: Password | None = _secret(  # noqa: RUF009
+    ssl_key_password: Password | None = _secret(
         "Password of the private key (PEM: if encrypted)."
     )
-    ssl_keystore_certificate_chain: Password | None = _secret(  # noqa: RUF009
+    ssl_keystore_certificate_chain: Password | None = _secret(
         "Certificate chain in PEM, inline (with ssl.keystore.key and ssl.keystore.type=PEM)."
     )
-    ssl_keystore_key: Password | None = _secret(  # noqa: RUF009
+    ssl_keystore_key: Password | None = _secret(
         "Private key in PEM (PKCS#8, encrypted with ssl.key.password or not), inline."
     )
     ssl_truststore_type: str = _text(
@@ -566,10 +567,10 @@ class BrokerConfig:
         semel="JKS reads a PKCS12 file, as Java does; a real JKS file must be converted",
     )
     ssl_truststore_location: str = _text("", "Trust store file: CAs that sign client certificates.")
-    ssl_truststore_password: Password | None = _secret(  # noqa: RUF009
+    ssl_truststore_password: Password | None = _secret(
         "Password of the trust store file (not PEM)."
     )
-    ssl_truststore_certificates: Password | None = _secret(  # noqa: RUF009
+    ssl_truststore_certificates: Password | None = _secret(
         "Trusted certificates in PEM, inline (with ssl.truststore.type=PEM)."
     )
     ssl_client_auth: str = _text(

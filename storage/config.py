@@ -19,17 +19,87 @@ minimum of 14 bytes (Kafka 4.0 requires 1 MiB) so tests can roll small segments.
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
 
 from semel.protocol.errors import Error, KafkaError
+
+_T = TypeVar("_T")
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True,
+                     field_specifiers=(dataclasses.field,))
+def config_class(cls: type[_T]) -> type[_T]:
+    """``@dataclass(frozen=True, slots=True)`` for a settings class of many fields (LogConfig,
+    the broker's BrokerConfig, the group coordinator's GroupConfig), constructed by keyword
+    only, with ``__init__``, ``__eq__``, ``__hash__`` and ``__repr__`` as functions over the
+    field list. A dataclass compiles each of those from generated source when the class is
+    defined: for these classes some 80 KB of text, about a tenth of the instructions of a
+    broker's start (issue 18; bench/bench_startup.py --callgrind). Same behaviour as the generated methods:
+    defaults and default factories, the fields' ``compare``/``hash``/``repr`` flags, equality
+    only with the same class, FrozenInstanceError on assignment."""
+    cls = dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)(cls)
+    fields = dataclasses.fields(cls)
+    missing = dataclasses.MISSING
+    qualname = cls.__qualname__
+    set_field = object.__setattr__
+    given = [(f.name, f.default, f.default_factory) for f in fields if f.init]
+    not_given = [(f.name, f.default, f.default_factory) for f in fields
+                 if not f.init and (f.default is not missing or f.default_factory is not missing)]
+    names = frozenset(f.name for f in fields if f.init)
+    post_init = hasattr(cls, "__post_init__")
+
+    def __init__(self, **values: Any) -> None:
+        if not values.keys() <= names:
+            unknown = next(name for name in values if name not in names)
+            raise TypeError(f"{qualname}.__init__() got an unexpected keyword argument {unknown!r}")
+        for name, default, factory in given:
+            if name in values:
+                value = values[name]
+            elif default is not missing:
+                value = default
+            elif factory is not missing:
+                value = factory()
+            else:
+                raise TypeError(f"{qualname}.__init__() missing required keyword-only argument: "
+                                f"{name!r}")
+            set_field(self, name, value)
+        for name, default, factory in not_given:
+            set_field(self, name, factory() if default is missing else default)
+        if post_init:
+            self.__post_init__()
+
+    compared = tuple(f.name for f in fields if f.compare)
+    hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
+    shown = tuple(f.name for f in fields if f.repr)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (tuple(getattr(self, name) for name in compared)
+                == tuple(getattr(other, name) for name in compared))
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in hashed))
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
+        return f"{self.__class__.__qualname__}({inner})"
+
+    for method in (__init__, __eq__, __hash__, __repr__):
+        method.__qualname__ = f"{qualname}.{method.__name__}"
+        setattr(cls, method.__name__, method)
+    return cls
+
 
 # Kafka's ConfigType ids as DescribeConfigs reports them (v3+ config_type field)
 CONFIG_TYPE_IDS = {
@@ -349,8 +419,11 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
 CONFIG_DEFS_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in TOPIC_CONFIG_DEFS}
 
 
-@dataclass(frozen=True, slots=True)
+@config_class
 class LogConfig:
+    """A topic's resolved configuration: each topic config as an attribute named after its key
+    (``segment.bytes`` -> ``segment_bytes``), Kafka's defaults."""
+
     cleanup_policy: list[str] = dataclasses.field(default_factory=lambda: ["delete"])
     compression_type: str = "producer"
     compression_gzip_level: int = -1

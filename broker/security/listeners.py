@@ -18,11 +18,12 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any, NamedTuple
 
 from semel.broker.security import Principal
 from semel.broker.security.ssl_principal import SslPrincipalMapper
+from semel.storage.config import config_class
 
 __all__ = [
     "JAAS_SUFFIX",
@@ -291,7 +292,7 @@ def format_super_users(value: tuple[Principal, ...]) -> str:
 # resolved per-listener settings
 
 
-@dataclass(frozen=True, slots=True)
+@config_class
 class SslSettings:
     """A listener's TLS settings after its ``listener.name.<name>.`` overrides, Kafka's names
     without the ``ssl.`` prefix. Empty text / None = not set."""
@@ -313,7 +314,7 @@ class SslSettings:
     endpoint_identification_algorithm: str = "https"
 
 
-@dataclass(frozen=True, slots=True)
+@config_class
 class ListenerSecurity:
     """Everything the connection layer needs to secure one listener."""
 

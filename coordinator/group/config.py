@@ -11,7 +11,7 @@ config has them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from semel.storage.config import config_class
 
 INT32_MAX = 2**31 - 1
 CONSUMER_SESSION_TIMEOUT_MS = 45000
@@ -19,8 +19,10 @@ CONSUMER_HEARTBEAT_INTERVAL_MS = 5000
 CONSUMER_ASSIGNORS = ("uniform", "range")
 
 
-@dataclass(frozen=True, slots=True)
+@config_class
 class GroupConfig:
+    """The group coordinator's settings (see the module docstring), Kafka's defaults."""
+
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
