@@ -189,6 +189,10 @@ class TransactionCoordinator:
         self.active = False
         self.loading: set[int] = set()
         self.txns: dict[str, TxnMetadata] = {}
+        # per id written: (its __transaction_state partition, its record key), so that the
+        # three or four records of a transaction hash and encode the id once; entries go
+        # with the id (expiration, stop) and all of them when the partition count changes
+        self._routes: dict[str, tuple[int, bytes]] = {}
         # test hooks: awaited after PREPARE_* is durable, before any marker is written; and
         # after every marker is written, before COMPLETE_* is
         self.before_markers: Callable[[str, TxnMetadata], Awaitable[None]] | None = None
@@ -217,6 +221,7 @@ class TransactionCoordinator:
         info = self.log_manager.topics.get(TRANSACTION_STATE_TOPIC_NAME)
         if info is not None:
             self.num_partitions = info.num_partitions
+            self._routes.clear()
             self.loading = set(range(info.num_partitions))
             self._background.append(loop.create_task(self._load_all(), name="semel-txn-load"))
         self.active = True
@@ -246,6 +251,7 @@ class TransactionCoordinator:
             task.cancel()
         await asyncio.gather(*completions, return_exceptions=True)
         self.txns.clear()
+        self._routes.clear()
         self.loading.clear()
 
     async def wait_loaded(self) -> None:
@@ -270,6 +276,14 @@ class TransactionCoordinator:
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
+
+    def _route(self, transactional_id: str) -> tuple[int, bytes]:
+        """(partition, record key) of an id this coordinator writes, computed once."""
+        route = self._routes.get(transactional_id)
+        if route is None:
+            route = self._routes[transactional_id] = (self.partition_for(transactional_id),
+                                                      encode_key(transactional_id))
+        return route
 
     def check_available(self, transactional_id: str | None = None) -> Error:
         if not self.active:
@@ -335,9 +349,9 @@ class TransactionCoordinator:
         returns (partition log, offset to wait for). Raises KafkaError."""
         error = self.ensure_topic()
         plog = None
+        partition, key = self._route(transactional_id)
         if not error:
-            plog = self.log_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME,
-                                                  self.partition_for(transactional_id))
+            plog = self.log_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition)
         if plog is None:
             raise KafkaError(error or Error.COORDINATOR_NOT_AVAILABLE,
                              f"no {TRANSACTION_STATE_TOPIC_NAME} partition")
@@ -345,7 +359,7 @@ class TransactionCoordinator:
         if transit.principal is not None or transit.ongoing_producer_id != NO_PRODUCER_ID:
             version = max(version, 1)  # the principal and the kept pair are tagged fields
         value = encode_value(value_from_transit(transit), version)
-        batch = build_batch([(encode_key(transactional_id), value, None, self.clock())])
+        batch = build_batch([(key, value, None, self.clock())])
         result = plog.append(bytearray(batch), origin="coordinator")
         return plog, result.next_offset
 
@@ -597,7 +611,7 @@ class TransactionCoordinator:
         """Kafka's coordinator epoch: the leader epoch of the id's __transaction_state
         partition (constant on a single node)."""
         plog = self.log_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME,
-                                              self.partition_for(transactional_id))
+                                              self._route(transactional_id)[0])
         return 0 if plog is None else plog.leader_epoch
 
     async def _complete_transaction(self, transactional_id: str, md: TxnMetadata,
@@ -836,6 +850,7 @@ class TransactionCoordinator:
             if (ok and self.txns.get(transactional_id) is md and md.pending_state == S.DEAD
                     and md.producer_epoch == transit.producer_epoch):
                 del self.txns[transactional_id]
+                self._routes.pop(transactional_id, None)
                 if self.principals is not None and md.principal is not None:
                     self.principals.unbind(
                         (md.producer_id, md.prev_producer_id, md.next_producer_id),
