@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 from semel.protocol.errors import ProtocolError
 from semel.protocol.records import BatchHeader, Record, iter_records
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from semel.storage.partition_log import PartitionLog
 
 YIELD_EVERY_BATCHES = 256
+
+_Parsed = TypeVar("_Parsed")
 
 
 def readable_batches(plog: PartitionLog, end: int, name: str, log: logging.Logger, *,
@@ -56,4 +58,23 @@ async def batches_to_load(plog: PartitionLog, end: int, name: str, log: logging.
             await asyncio.sleep(0)
 
 
-__all__ = ["YIELD_EVERY_BATCHES", "batches_to_load", "readable_batches"]
+def decoded_records(records: Iterable[Record],
+                    decode: Callable[[bytes | None, bytes | None], _Parsed],
+                    ignored: type[ProtocolError], name: str, log: logging.Logger,
+                    ) -> Iterator[tuple[Record, _Parsed]]:
+    """Each of ``records`` with what ``decode(key, value)`` made of it. A record ``decode``
+    rejects with ``ignored`` (a record type this coordinator does not keep, as Kafka's loaders
+    pass over unknown types) is passed over silently; any other unreadable record is logged
+    (at ``name``) and skipped."""
+    for record in records:
+        try:
+            parsed = decode(record.key, record.value)
+        except ignored:
+            continue
+        except ProtocolError as e:
+            log.error("%s: unreadable record at %d skipped: %s", name, record.offset, e)
+            continue
+        yield record, parsed
+
+
+__all__ = ["YIELD_EVERY_BATCHES", "batches_to_load", "decoded_records", "readable_batches"]

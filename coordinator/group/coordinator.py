@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from semel.coordinator.group.config import GroupConfig
 from semel.coordinator.group.timer import CLEANUP_KEY
-from semel.coordinator.loading import batches_to_load
+from semel.coordinator.loading import batches_to_load, decoded_records
 from semel.coordinator.partitioning import partition_for
 from semel.protocol.errors import Error, KafkaError, ProtocolError
 from semel.protocol.records import ControlType, build_batch, build_control_batch
@@ -481,14 +481,8 @@ class GroupCoordinator:
                                                    control_type == ControlType.COMMIT)
                 continue
             producer_id = header.producer_id if header.is_transactional else -1
-            for record in records:
-                try:
-                    parsed = decode_record(record.key, record.value)
-                except UnknownRecordType:
-                    continue
-                except ProtocolError as e:
-                    log.error("%s: unreadable record at %d skipped: %s", name, record.offset, e)
-                    continue
+            for record, parsed in decoded_records(records, decode_record, UnknownRecordType,
+                                                  name, log):
                 try:
                     shard.replay(parsed, record.offset, producer_id)
                 except (AssertionError, ValueError) as e:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from semel.coordinator.loading import YIELD_EVERY_BATCHES, readable_batches
+from semel.coordinator.loading import YIELD_EVERY_BATCHES, decoded_records, readable_batches
 from semel.coordinator.partitioning import partition_for
 from semel.coordinator.share import SHARE_GROUP_STATE_TOPIC_NAME
 from semel.coordinator.share.config import ShareGroupConfig, ShareGroupSettings
@@ -55,7 +55,7 @@ from semel.coordinator.share.records import (
     encode_record,
 )
 from semel.coordinator.share.store import ShareStateStore
-from semel.protocol.errors import Error, KafkaError, ProtocolError
+from semel.protocol.errors import Error, KafkaError
 from semel.protocol.records import build_batch, iter_batches
 from semel.storage.log_manager import kafka_uuid_string
 
@@ -470,15 +470,8 @@ class SharePartitionManager:
             name = f"{SHARE_GROUP_STATE_TOPIC_NAME}-{partition}"
             for count, (_header, records) in enumerate(
                     readable_batches(plog, plog.high_watermark, name, log), 1):
-                for record in records:
-                    try:
-                        parsed = decode_record(record.key, record.value)
-                    except UnknownRecordType:
-                        continue
-                    except ProtocolError as e:
-                        log.error("%s: unreadable record at %d skipped: %s", name,
-                                  record.offset, e)
-                        continue
+                for record, parsed in decoded_records(records, decode_record,
+                                                      UnknownRecordType, name, log):
                     self.store.replay(parsed)
                     if parsed.record_type == SHARE_SNAPSHOT:
                         if parsed.value is None:
