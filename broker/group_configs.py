@@ -23,15 +23,18 @@ Share groups read their keys through coordinator/share/config.py (ShareGroupSett
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from semel.protocol.errors import Error, KafkaError
+from semel.storage.config import config_class
 
 INT32_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
+@config_class
 class GroupConfigDef:
+    """One group config key: its name, the broker property giving its default, the default
+    validation uses, the least value allowed (None for a string key) and a one-line doc."""
+
     name: str
     broker_name: str  # the broker property that gives its default
     default: int | str  # GroupConfig's own default (used by validation)
@@ -40,24 +43,31 @@ class GroupConfigDef:
 
 
 GROUP_CONFIG_DEFS: dict[str, GroupConfigDef] = {d.name: d for d in (
-    GroupConfigDef("consumer.heartbeat.interval.ms", "group.consumer.heartbeat.interval.ms",
-                   5000, 1, "The heartbeat interval given to the members of this consumer "
-                   "group."),
-    GroupConfigDef("consumer.session.timeout.ms", "group.consumer.session.timeout.ms", 45000,
-                   1, "The timeout to detect client failures when using the consumer group "
+    GroupConfigDef(name="consumer.heartbeat.interval.ms",
+                   broker_name="group.consumer.heartbeat.interval.ms", default=5000, at_least=1,
+                   doc="The heartbeat interval given to the members of this consumer group."),
+    GroupConfigDef(name="consumer.session.timeout.ms",
+                   broker_name="group.consumer.session.timeout.ms", default=45000, at_least=1,
+                   doc="The timeout to detect client failures when using the consumer group "
                    "protocol."),
-    GroupConfigDef("share.auto.offset.reset", "share.auto.offset.reset", "latest", None,
-                   "The strategy to initialize the share-partition start offset: earliest, "
+    GroupConfigDef(name="share.auto.offset.reset", broker_name="share.auto.offset.reset",
+                   default="latest", at_least=None,
+                   doc="The strategy to initialize the share-partition start offset: earliest, "
                    "latest or by_duration:<duration>."),
-    GroupConfigDef("share.isolation.level", "share.isolation.level", "read_uncommitted", None,
-                   "Controls how to read records written transactionally: read_committed "
+    GroupConfigDef(name="share.isolation.level", broker_name="share.isolation.level",
+                   default="read_uncommitted", at_least=None,
+                   doc="Controls how to read records written transactionally: read_committed "
                    "delivers only committed transactional records, read_uncommitted all."),
-    GroupConfigDef("share.heartbeat.interval.ms", "group.share.heartbeat.interval.ms", 5000,
-                   1, "The heartbeat interval given to the members of this share group."),
-    GroupConfigDef("share.record.lock.duration.ms", "group.share.record.lock.duration.ms",
-                   30000, 1000, "The record acquisition lock duration of this share group."),
-    GroupConfigDef("share.session.timeout.ms", "group.share.session.timeout.ms", 45000, 1,
-                   "The timeout to detect client failures when using the share group "
+    GroupConfigDef(name="share.heartbeat.interval.ms",
+                   broker_name="group.share.heartbeat.interval.ms", default=5000, at_least=1,
+                   doc="The heartbeat interval given to the members of this share group."),
+    GroupConfigDef(name="share.record.lock.duration.ms",
+                   broker_name="group.share.record.lock.duration.ms", default=30000,
+                   at_least=1000,
+                   doc="The record acquisition lock duration of this share group."),
+    GroupConfigDef(name="share.session.timeout.ms",
+                   broker_name="group.share.session.timeout.ms", default=45000, at_least=1,
+                   doc="The timeout to detect client failures when using the share group "
                    "protocol."),
 )}
 

@@ -8,11 +8,13 @@ feature level (0: Kafka's original protocol, 1: flexible ``__transaction_state``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from semel.storage.config import config_class
 
 
-@dataclass(frozen=True, slots=True)
+@config_class
 class TxnConfig:
+    """The transaction coordinator's settings (see the module docstring), Kafka's defaults."""
+
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     transaction_max_timeout_ms: int = 900000
     transaction_state_log_num_partitions: int = 50

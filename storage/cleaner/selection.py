@@ -16,9 +16,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
+from semel.storage.config import config_class
 from semel.storage.topic_partition import TopicPartition
 
 
@@ -48,8 +48,10 @@ class LogView(Protocol):
     def segments(self) -> list[SegmentView]: ...
 
 
-@dataclass(frozen=True)
+@config_class
 class CleanableRange:
+    """A partition's dirty range, [first dirty offset, first uncleanable offset)."""
+
     first_dirty_offset: int
     first_uncleanable_offset: int  # a segment base offset: the range's exclusive end
     reset_checkpoint: bool  # the checkpoint entry was invalid: rewrite it
@@ -75,7 +77,9 @@ def cleanable_range(log: LogView, checkpoint: int | None, now_ms: int,
     # down to the first segment at or after it (the active one at worst): whole segments
     boundary = next((s.base_offset for s in _non_active_from(segments, uncleanable)),
                     active.base_offset)
-    return CleanableRange(dirty, max(dirty, min(uncleanable, boundary)), reset)
+    return CleanableRange(first_dirty_offset=dirty,
+                          first_uncleanable_offset=max(dirty, min(uncleanable, boundary)),
+                          reset_checkpoint=reset)
 
 
 def _non_active_from(segments: list[SegmentView], offset: int) -> list[SegmentView]:
@@ -101,8 +105,11 @@ def max_compaction_delay(log: LogView, first_dirty_offset: int, now_ms: int,
     return clean_until - earliest if earliest < clean_until else 0
 
 
-@dataclass(frozen=True)
+@config_class
 class LogToClean:
+    """A candidate cleaning: its dirty range, its clean and cleanable bytes (whole segments)
+    and how long past ``max.compaction.lag.ms`` it is."""
+
     topic_partition: TopicPartition
     first_dirty_offset: int
     first_uncleanable_offset: int
@@ -128,8 +135,9 @@ def log_to_clean(tp: TopicPartition, log: LogView, checkpoint: int | None, now_m
     cleanable = _bytes_between(log.segments, rng.first_dirty_offset,
                                rng.first_uncleanable_offset)
     delay = max_compaction_delay(log, rng.first_dirty_offset, now_ms, max_compaction_lag_ms)
-    return LogToClean(tp, rng.first_dirty_offset, rng.first_uncleanable_offset, clean,
-                      cleanable, delay), rng.reset_checkpoint
+    return LogToClean(topic_partition=tp, first_dirty_offset=rng.first_dirty_offset,
+                      first_uncleanable_offset=rng.first_uncleanable_offset, clean_bytes=clean,
+                      cleanable_bytes=cleanable, compaction_delay_ms=delay), rng.reset_checkpoint
 
 
 def _bytes_between(segments: list[SegmentView], start: int, end: int) -> int:

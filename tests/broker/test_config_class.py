@@ -13,9 +13,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from semel.broker.config import BrokerConfig, load_config
+from semel.broker.group_configs import GROUP_CONFIG_DEFS, GroupConfigDef
 from semel.broker.security.listeners import ListenerSecurity, SslSettings
 from semel.coordinator.group.config import GroupConfig
+from semel.coordinator.transaction.config import TxnConfig
+from semel.storage.cleaner.selection import CleanableRange, LogToClean
 from semel.storage.config import LogConfig, config_class
+from semel.storage.topic_partition import TopicPartition
 
 
 def _made(number: int = 0) -> list[int]:
@@ -44,8 +48,8 @@ Generated = dataclass(frozen=True, slots=True)(_shape("Generated"))
 Ours = config_class(_shape("Ours"))
 
 
-@pytest.mark.parametrize("cls", [BrokerConfig, LogConfig, GroupConfig, SslSettings,
-                                 ListenerSecurity])
+@pytest.mark.parametrize("cls", [BrokerConfig, LogConfig, GroupConfig, TxnConfig, SslSettings,
+                                 ListenerSecurity, GroupConfigDef, CleanableRange, LogToClean])
 def test_the_config_classes_methods_are_not_compiled_from_generated_source(cls):
     for name in ("__init__", "__eq__", "__hash__", "__repr__"):
         method = getattr(cls, name)
@@ -112,3 +116,61 @@ def test_the_broker_config_keeps_its_value_semantics(tmp_path):
     assert repr(a).startswith("BrokerConfig(listeners=(")
     assert LogConfig.from_overrides(LogConfig(), {"segment.bytes": "700"}).segment_bytes == 700
     assert pickle.loads(pickle.dumps(LogConfig())) == LogConfig()
+
+
+# the small classes built at import (the group configs' table, the cleaner's selection), each
+# with two field sets that differ in every field
+SMALL = [
+    (GroupConfigDef,
+     {"name": "a.ms", "broker_name": "group.a.ms", "default": 5, "at_least": 1, "doc": "A."},
+     {"name": "b", "broker_name": "b", "default": "latest", "at_least": None, "doc": "B."}),
+    (CleanableRange,
+     {"first_dirty_offset": 0, "first_uncleanable_offset": 10, "reset_checkpoint": False},
+     {"first_dirty_offset": 5, "first_uncleanable_offset": 20, "reset_checkpoint": True}),
+    (LogToClean,
+     {"topic_partition": TopicPartition("t", 0), "first_dirty_offset": 0,
+      "first_uncleanable_offset": 10, "clean_bytes": 100, "cleanable_bytes": 50,
+      "compaction_delay_ms": 0},
+     {"topic_partition": TopicPartition("u", 1), "first_dirty_offset": 3,
+      "first_uncleanable_offset": 30, "clean_bytes": 0, "cleanable_bytes": 7,
+      "compaction_delay_ms": 9}),
+]
+
+
+@pytest.mark.parametrize(("cls", "one", "other"), SMALL, ids=[c.__name__ for c, _, _ in SMALL])
+def test_the_small_classes_behave_as_their_dataclass(cls, one, other):
+    reference = dataclass(frozen=True, slots=True)(type(cls.__name__, (), {
+        "__module__": __name__,
+        "__annotations__": {f.name: f.type for f in dataclasses.fields(cls)}}))
+    assert [f.name for f in dataclasses.fields(cls)] == list(one)
+    for left in (one, other):
+        for name in left:  # a pair that differs in this field only
+            right = {**left, name: other[name] if left is one else one[name]}
+            assert cls(**left) != cls(**right) and reference(**left) != reference(**right)
+        assert cls(**left) == cls(**dict(left)) and hash(cls(**left)) == hash(reference(**left))
+        assert repr(cls(**left)) == repr(reference(**left))
+        assert pickle.loads(pickle.dumps(cls(**left))) == cls(**left)
+        assert dataclasses.astuple(cls(**left)) == dataclasses.astuple(reference(**left))
+    assert dataclasses.replace(cls(**one), **other) == cls(**other)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(cls(**one), next(iter(one)), 1)
+    with pytest.raises(AttributeError):
+        cls(**one).__dict__  # noqa: B018 - slots: no instance dictionary
+
+
+def test_the_group_config_table_is_unchanged():
+    assert [dataclasses.astuple(d) for d in GROUP_CONFIG_DEFS.values()][:3] == [
+        ("consumer.heartbeat.interval.ms", "group.consumer.heartbeat.interval.ms", 5000, 1,
+         "The heartbeat interval given to the members of this consumer group."),
+        ("consumer.session.timeout.ms", "group.consumer.session.timeout.ms", 45000, 1,
+         "The timeout to detect client failures when using the consumer group protocol."),
+        ("share.auto.offset.reset", "share.auto.offset.reset", "latest", None,
+         ("The strategy to initialize the share-partition start offset: earliest, latest or "
+          "by_duration:<duration>.")),
+    ]
+    assert {d.name: (d.default, d.at_least) for d in GROUP_CONFIG_DEFS.values()} == {
+        "consumer.heartbeat.interval.ms": (5000, 1), "consumer.session.timeout.ms": (45000, 1),
+        "share.auto.offset.reset": ("latest", None),
+        "share.isolation.level": ("read_uncommitted", None),
+        "share.heartbeat.interval.ms": (5000, 1), "share.record.lock.duration.ms": (30000, 1000),
+        "share.session.timeout.ms": (45000, 1)}
