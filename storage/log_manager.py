@@ -203,6 +203,8 @@ class LogManager:
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._dirty: dict[TopicPartition, PartitionLog] = {}
+        # logs whose deleted files wait for removal (purge_deleted), kept in order
+        self._deleting: dict[PartitionLog, None] = {}
         self._dirty_event: asyncio.Event | None = None
         self._log_start_dirty = False
         self._doomed_dirs: list[str] = []
@@ -461,6 +463,7 @@ class LogManager:
 
     def _attach(self, tp: TopicPartition, plog: PartitionLog) -> None:
         plog.dirty_listener = self._on_dirty
+        plog.deleted_listener = self._deleting.setdefault
         plog.high_watermark_listener = self._on_high_watermark
         plog.log_start_offset_listener = self._on_log_start_offset
         self._logs[tp] = plog
@@ -752,7 +755,8 @@ class LogManager:
                 await loop.run_in_executor(self._executor, self._write_log_start_checkpoint)
             except OSError as exc:
                 log.error("writing %s failed: %s", LOG_START_OFFSET_CHECKPOINT, exc)
-        await self.purge_deleted()
+        if self._deleting or self._doomed_dirs:
+            await self.purge_deleted()
 
     def _start_job(self, plog: PartitionLog, job: FlushJob, alone: bool) -> asyncio.Future:
         """Start the fsyncs of one partition's round: a job of log files only through native
@@ -782,9 +786,17 @@ class LogManager:
         return asyncio.get_running_loop().run_in_executor(self._executor, plog.run_flush, job)
 
     async def purge_deleted(self) -> None:
-        """Remove deleted segment files and doomed directories, off the loop."""
-        files = [f for plog in self._logs.values() if plog.has_deleted_files
-                 for f in plog.take_deleted_files()]
+        """Remove deleted segment files and doomed directories, off the loop. The logs
+        looked at are those that said they have deleted files (not every log: this runs
+        after every fsync round); one whose segment a reader still pins stays listed."""
+        files = []
+        if self._deleting:
+            logs = self._logs
+            for plog in list(self._deleting):
+                if logs.get(plog.topic_partition) is plog:
+                    files += plog.take_deleted_files()
+                if not (plog.has_deleted_files and logs.get(plog.topic_partition) is plog):
+                    del self._deleting[plog]
         dirs, self._doomed_dirs = self._doomed_dirs, []
         if files or dirs:
             await asyncio.get_running_loop().run_in_executor(

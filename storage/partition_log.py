@@ -270,6 +270,8 @@ class PartitionLog:
         self.high_watermark = self._log_end_offset
         self._hw_position: tuple[LogSegment, int] | None = (segments[-1], segments[-1].size)
         self._unflushed: dict[int, tuple[LogSegment, bool]] = {}
+        # the dirty listener was told since the last begin_flush (its round has this log)
+        self._flush_asked = False
         self._dir_dirty = False
         self._generation = 0  # bumped by every truncation
         self._waiters: list[tuple[int, int, asyncio.Future]] = []
@@ -280,6 +282,8 @@ class PartitionLog:
         # deleted segments and their renamed files, removed once no reader pins the segment
         self._deleted_segments: list[tuple[LogSegment, list[str]]] = []
         self.dirty_listener: Callable[[PartitionLog], None] | None = None
+        # told when deleted files wait for removal (take_deleted_files)
+        self.deleted_listener: Callable[[PartitionLog], None] | None = None
         self.high_watermark_listener: Callable[[PartitionLog], None] | None = None
         self.log_start_offset_listener: Callable[[PartitionLog], None] | None = None
         if producer_state is None:
@@ -620,7 +624,10 @@ class PartitionLog:
         producer_state = self.producer_state
         producer_state.map_end_offset = log_end
         if self.durable:
-            self._mark_unflushed(segment, False)
+            # the segment already waits for the round the listener was told of: nothing
+            # to add (most appends under load)
+            if not (self._flush_asked and segment.base_offset in self._unflushed):
+                self._mark_unflushed(segment, False)
         else:
             self.high_watermark = log_end
             self._hw_position = (segment, segment.size)
@@ -788,6 +795,7 @@ class PartitionLog:
         previous = self._unflushed.get(key)
         self._unflushed[key] = (segment, with_indexes or (previous is not None and previous[1]))
         if notify and self.dirty_listener is not None:
+            self._flush_asked = True
             self.dirty_listener(self)
 
     # -- roll -------------------------------------------------------------------------------
@@ -1000,6 +1008,7 @@ class PartitionLog:
 
     def begin_flush(self) -> FlushJob | None:
         """Snapshot what the next fsync round must cover (on the loop); None if clean."""
+        self._flush_asked = False  # the next append tells the listener again
         if (not self._unflushed and not self._dir_dirty) or self.closed:
             return None
         segments = list(self._unflushed.values())
@@ -1129,13 +1138,25 @@ class PartitionLog:
         at once if the log cannot become durable (offline or closed)."""
         if not self.durable or offset <= self.high_watermark:
             return None
+        fut = loop.create_future()
+        self.add_durable_waiter(offset, fut)
+        return fut
+
+    def add_durable_waiter(self, offset: int, waiter) -> bool:
+        """``durable_future`` with the caller's own waiter instead of a new future: anything
+        with a future's ``done()``, ``set_result(None)`` and ``set_exception(exc)``, called
+        by the log as it would a future's (the produce fast path's ``_OneWait``: no future
+        and no callback hop per request). Those calls must not raise. False, with nothing
+        kept, if every record before ``offset`` is durable already; raises as
+        ``durable_future`` if the log cannot become durable."""
+        if not self.durable or offset <= self.high_watermark:
+            return False
         if self.offline or self.closed:
             raise KafkaError(
                 Error.KAFKA_STORAGE_ERROR, f"{self.topic_partition} cannot become durable"
             )
-        fut = loop.create_future()
-        heapq.heappush(self._waiters, (offset, next(self._waiter_seq), fut))
-        return fut
+        heapq.heappush(self._waiters, (offset, next(self._waiter_seq), waiter))
+        return True
 
     def _resolve_waiters(self) -> None:
         waiters = self._waiters
@@ -1473,6 +1494,7 @@ class PartitionLog:
                 segment.base_offset,
                 exc,
             )
+        self._notify_deleted()
         log.info("%s: deleted segment %d", self.topic_partition, segment.base_offset)
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
@@ -1524,6 +1546,7 @@ class PartitionLog:
                     segment.base_offset, DELETED_SUFFIX)
                 if snapshot is not None:
                     self.deleted_files.append(snapshot)
+        self._notify_deleted()
         new.change_file_suffix("")
         try:
             self._fs.fsync_dir(self.dir)
@@ -1535,9 +1558,12 @@ class PartitionLog:
 
     @property
     def has_deleted_files(self) -> bool:
-        """Whether ``take_deleted_files`` may return something (checked by every flush
-        round for every log, so it must be cheap)."""
+        """Whether ``take_deleted_files`` may return something."""
         return bool(self.deleted_files or self._deleted_segments)
+
+    def _notify_deleted(self) -> None:
+        if self.deleted_listener is not None and self.has_deleted_files:
+            self.deleted_listener(self)
 
     def take_deleted_files(self) -> list[str]:
         """The `.deleted` files waiting to be unlinked (the caller removes them off-loop)."""
