@@ -68,6 +68,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import types
 from collections import deque
 from itertools import islice
 from time import perf_counter_ns
@@ -84,6 +85,7 @@ from semel.storage.file_region import FileRegion
 BURST_NS = 200_000
 IOV_MAX = 1024  # buffers per writev (Linux's UIO_MAXIOV)
 _FUTURE = asyncio.Future
+_COROUTINE = types.CoroutineType
 
 if TYPE_CHECKING:
     from semel.broker.security.endpoint import ListenerEndpoint
@@ -239,7 +241,7 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self.reader.buffer_updated(nbytes)
         self.read_ns = perf_counter_ns()
-        if self.ready_ns is None and self.reader.frame_ready:
+        if self.ready_ns is None and self.reader.ready:
             self.ready_ns = self.read_ns
         self._pump()
 
@@ -256,11 +258,11 @@ class Connection(asyncio.BufferedProtocol):
             self.pumping = False
         if self.flush_deferred:  # the burst's responses, in one write
             self.flush_deferred = False
-            if self._write_done() and self.reader.frame_ready and not self.pump_scheduled:
+            if self._write_done() and self.reader.ready and not self.pump_scheduled:
                 self.pump_scheduled = True  # the burst ended on a full window: next round
                 self.loop.call_soon(self._scheduled_pump)
         reader = self.reader
-        if reader.buffered and not reader.frame_ready:
+        if reader.buffered and not reader.ready:
             if self.partial_since is None:
                 self.partial_since = self.broker.monotonic_ms()
         else:
@@ -285,7 +287,7 @@ class Connection(asyncio.BufferedProtocol):
             if started == 0:
                 started = now
             elif now - started > BURST_NS:
-                if reader.frame_ready and not self.pump_scheduled:
+                if reader.ready and not self.pump_scheduled:
                     self.pump_scheduled = True
                     self.loop.call_soon(self._scheduled_pump)
                 return
@@ -303,7 +305,7 @@ class Connection(asyncio.BufferedProtocol):
             ready = self.ready_ns
             if ready is not None:
                 queue_time.observe((now - ready) / 1e9)
-            self.ready_ns = self.read_ns if reader.frame_ready else None
+            self.ready_ns = self.read_ns if reader.ready else None
             self._start(frame)
 
     def _scheduled_pump(self) -> None:
@@ -320,7 +322,24 @@ class Connection(asyncio.BufferedProtocol):
         self.pending_bytes += size
         self.running = True
         self.last_active = self.broker.monotonic_ms()
-        coro = self._run(frame, slot)
+        try:
+            data = self.dispatcher.dispatch(
+                frame, self.session, slot.release, self.throttle, defer_on=self.loop)
+        except Exception as e:  # noqa: BLE001 - as in _run
+            self._failed(e)
+            self._finished(slot)
+            return
+        cls = data.__class__
+        if cls is _FUTURE:  # a fast produce waiting for the disk: answered by the future
+            self.tasks.add(data)
+            data.add_done_callback(slot.answer_done)
+            return
+        if cls is not _COROUTINE:  # answered without a coroutine (fast produce)
+            slot.data = data
+            self._answered(slot)
+            self._finished(slot)
+            return
+        coro = self._run(data, slot)
         try:
             yielded = coro.send(None)
         except StopIteration as stop:
@@ -331,23 +350,31 @@ class Connection(asyncio.BufferedProtocol):
         self.tasks.add(task)
         task.add_done_callback(slot.task_done)
 
-    async def _run(self, frame: memoryview, slot: _Slot) -> asyncio.Future | None:
-        """Dispatch the request and answer it; or, for an answer that will come later
-        without a task (a Produce waiting for the disk), the future that brings it."""
+    async def _run(self, pending, slot: _Slot) -> asyncio.Future | None:
+        """Run the handler of a request (``pending``, what dispatch returned) and answer it;
+        or, for an answer that will come later without a task, the future that brings it."""
         try:
-            data = await self.dispatcher.dispatch(
-                frame, self.session, slot.release, self.throttle, defer_on=self.loop)
-        except CloseConnection as e:
-            self.bad_input(e.reason, f"closing {self.peer}: {e}")
-            self.close()
-            return
+            data = await pending
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - a fault of ours: close this connection, keep serving
+        except Exception as e:  # noqa: BLE001 - a fault of ours: close this connection, keep serving
+            self._failed(e)
+            return None
+        return self._settle(data, slot)
+
+    def _failed(self, e: Exception) -> None:
+        """Dispatching the request raised: CloseConnection (bad input, counted), or a fault
+        of ours (logged with its traceback); either closes the connection."""
+        if isinstance(e, CloseConnection):
+            self.bad_input(e.reason, f"closing {self.peer}: {e}")
+        else:
             self.broker.bad_input_log.exception(
                 f"closing {self.peer}: unexpected error while handling a request")
-            self.close()
-            return None
+        self.close()
+
+    def _settle(self, data, slot: _Slot) -> asyncio.Future | None:
+        """The answer of a request: its buffers (or None: no answer), or the future that
+        brings them (returned: the slot is finished by ``answer_done``)."""
         if data.__class__ is _FUTURE:
             self.tasks.add(data)
             data.add_done_callback(slot.answer_done)

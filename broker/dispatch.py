@@ -22,7 +22,7 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -70,18 +70,22 @@ class Dispatcher:
         self.supported = advertised_versions()
         self.metrics = broker.metrics
         self.quotas = broker.quotas
+        self.timeouts = None  # produce's Timeouts for the loop requests are deferred on
 
-    async def dispatch(self, frame: memoryview, session: Session,
-                       release: Callable[[], None] | None = None,
-                       throttle: Callable[[int], None] | None = None, *,
-                       defer_on: asyncio.AbstractEventLoop,
-                       ) -> list | asyncio.Future | None:
+    def dispatch(self, frame: memoryview, session: Session,
+                 release: Callable[[], None] | None = None,
+                 throttle: Callable[[int], None] | None = None, *,
+                 defer_on: asyncio.AbstractEventLoop,
+                 ) -> list | asyncio.Future | Coroutine | None:
         """The response frame (size prefix included) as buffers for ``writelines``, or None
-        when no response is sent (acks=0). Large fetched records are not copied into it.
+        when no response is sent (acks=0); or, for a request that runs a handler, a
+        coroutine that returns them (``await`` it). Large fetched records are not copied into
+        the frame. Raises CloseConnection, as the coroutine may.
         ``throttle(ms)``: a quota was exceeded; the connection reads nothing more for ms.
         ``defer_on``: a Produce of the fast path waiting for the disk does not suspend; a
         future of this loop is returned instead, which gets the buffers once it is answered
-        (the connection then needs no task for it)."""
+        (the connection then needs no task for it). The checks and the fast path run in
+        this call, without a coroutine (most requests of a busy producer end here)."""
         if session.raw_tokens:
             return self._raw_token(frame, session)
         try:
@@ -126,9 +130,24 @@ class Dispatcher:
                     # while this one waits for the disk
                     if release is not None:
                         release()
+                    timeouts = self.timeouts
+                    if timeouts is None or timeouts.loop is not defer_on:
+                        timeouts = self.timeouts = handler.Timeouts(defer_on)
                     return fast.answer_when_durable(
-                        defer_on, partial(self._fast_answer, fast, correlation_id, started))
+                        defer_on, partial(self._fast_answer, fast, correlation_id, started),
+                        timeouts)
                 return self._fast_answer(fast, correlation_id, started)
+        return self._handle(frame, session, release, throttle, handler, api_key, version,
+                            correlation_id, started)
+
+    async def _handle(self, frame: memoryview, session: Session,
+                      release: Callable[[], None] | None,
+                      throttle: Callable[[int], None] | None, handler, api_key: int,
+                      version: int, correlation_id: int, started: float) -> list | None:
+        """``dispatch`` past its checks: decode, run the handler, encode its response."""
+        broker = self.broker
+        interceptor = broker.interceptor
+        quotas = self.quotas
         try:
             header, pos = parse_request_header(frame, api.request_header_version(api_key, version))
             request_codec = api.codec(api_key, "request")

@@ -165,7 +165,7 @@ class BufferedFrameReader:
     """
 
     __slots__ = ("_charge", "_end", "_frame", "_have", "_scratch", "_scratch_size", "_start",
-                 "max_frame_size")
+                 "max_frame_size", "ready")
 
     _spares: ClassVar[list[bytearray]] = []  # drained scratch buffers, shared by all readers
     MAX_SPARES = 64
@@ -180,6 +180,9 @@ class BufferedFrameReader:
         self._frame: mmap.mmap | None = None  # a large frame being filled in place
         self._have = 0
         self._charge = charge
+        # frame_ready, kept up to date by buffer_updated and next_frame (the only calls that
+        # change it): an attribute read for the connection, which asks after each request
+        self.ready = False
 
     @property
     def buffered(self) -> int:
@@ -196,7 +199,7 @@ class BufferedFrameReader:
         """No more bytes can be taken until a frame is: a whole large frame waits, a size
         prefix would be refused, or the scratch buffer holds nothing but unparsed frames."""
         if self._frame is not None or self._end - self._start < 4:
-            return self.frame_ready
+            return self.ready
         size = _SIZE.unpack_from(self._scratch, self._start)[0]
         return (not 0 <= size <= self.max_frame_size
                 or self._end - self._start == len(self._scratch))
@@ -236,10 +239,13 @@ class BufferedFrameReader:
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._have += nbytes
+            self.ready = self._have == len(self._frame)
             if self._charge is not None:
                 self._charge(nbytes)
         else:
             self._end += nbytes
+            if not self.ready:  # (more bytes never make a whole frame less whole)
+                self.ready = self.frame_ready
 
     def next_frame(self) -> memoryview | None:
         """The next whole frame (a writable memoryview), or None until more bytes arrive.
@@ -253,23 +259,32 @@ class BufferedFrameReader:
                 return None
             self._frame = None
             self._have = 0
+            self.ready = False
             return memoryview(frame)
         start = self._start
-        available = self._end - start
+        end = self._end
+        available = end - start
         if available < 4:
             if available == 0:
                 self._give_back_scratch()
             return None
         scratch = self._scratch
         size = _SIZE.unpack_from(scratch, start)[0]
-        if size < 0 or size > self.max_frame_size:
-            raise FrameTooLarge(size, self.max_frame_size)
+        max_size = self.max_frame_size
+        if size < 0 or size > max_size:
+            raise FrameTooLarge(size, max_size)
         body = start + 4
         available -= 4
         if available >= size:
-            self._start = body + size
-            if self._start == self._end:
+            start = self._start = body + size
+            if start == end:
                 self._give_back_scratch()
+                self.ready = False
+            elif end - start < 4:
+                self.ready = False
+            else:  # frame_ready, inline: the next frame is whole, or its size is refused
+                n = _SIZE.unpack_from(scratch, start)[0]
+                self.ready = not 0 <= n <= max_size or n <= end - start - 4
             if self._charge is not None:
                 self._charge(size)
             return memoryview(scratch[body:body + size])  # one copy, small
@@ -301,6 +316,7 @@ class BufferedFrameReader:
         """Drop what is buffered (the connection is gone); the scratch buffer is handed back."""
         self._frame = None
         self._have = 0
+        self.ready = False
         self._start = self._end = 0
         self._give_back_scratch()
 

@@ -203,10 +203,43 @@ def _write_uvarint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
+# the common answer, v9+ (Java's): one topic, one partition without an error message. Per
+# topic name the bytes before the partition (topic count, name, partition count; a bounded
+# cache: names come from existing topics), then the partition's fields and a fixed tail
+_ONE_HEADS: dict[str, bytes] = {}
+_ONE_HEADS_MAX = 1024
+_ONE_TAIL = _EMPTY_V9 + b"\x00" + b"\x00\x00\x00\x00" + b"\x00"  # topic tags, throttle, tags
+
+
+def _one_head(name: str) -> bytes:
+    out = bytearray(b"\x02")  # one topic
+    _string(out, name, True)
+    out.append(2)  # one partition
+    if len(_ONE_HEADS) >= _ONE_HEADS_MAX:
+        _ONE_HEADS.clear()
+    head = _ONE_HEADS[name] = bytes(out)
+    return head
+
+
 def encode_response(version: int, correlation_id: int,
                     topics: list[tuple[str, list[PartitionResult]]]) -> bytearray:
     """The response frame, size prefix included; throttle_time_ms 0."""
     flexible = version >= FIRST_FLEXIBLE
+    if flexible and len(topics) == 1:
+        name, partitions = topics[0]
+        if len(partitions) == 1 and partitions[0].error_message is None:
+            head = _ONE_HEADS.get(name)
+            if head is None:
+                head = _one_head(name)
+            index, error_code, base_offset, log_append_time_ms, log_start_offset, _ = \
+                partitions[0]
+            out = bytearray(9)  # size, correlation id, no header tagged fields
+            out += head
+            out += _PARTITION_V5.pack(index, error_code, base_offset, log_append_time_ms,
+                                      log_start_offset)
+            out += _ONE_TAIL
+            _SIZE_CORRELATION.pack_into(out, 0, len(out) - 4, correlation_id)
+            return out
     out = bytearray(8)
     if flexible:
         out.append(0)  # response header tagged fields

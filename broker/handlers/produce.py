@@ -95,6 +95,8 @@ ADMIN_CLIENT_ID = "__admin_client"  # Kafka lets only its admin client write int
 ZSTD = 4
 VALID_ACKS = (-1, 0, 1)
 _FAST_ACKS = (-1, 1)
+# the resolution of acks=all request timeouts while the disk is awaited (Timeouts)
+TIMEOUT_TICK_MS = 10
 # compressed batches up to this size are validated on the fast path (decompressed, well
 # within _LOOP_BUDGET at any usual ratio); larger ones go the full way
 _FAST_COMPRESSED = 64 * 1024
@@ -292,14 +294,32 @@ class FastProduce:
         self.any_failed = False  # some partition's answer has an error code
 
     def answer_when_durable(self, loop: asyncio.AbstractEventLoop,
-                            answer: Callable[[], list]) -> asyncio.Future:
+                            answer: Callable[[], list],
+                            timeouts: Timeouts | None = None) -> asyncio.Future:
         """``wait`` without a coroutine, for the connection (no task per request waiting for
         the disk): a future of ``loop`` that gets ``answer()`` once every waited partition is
         durable or failed, as ``wait`` would have left the results (the same futures, the
-        same timeout). Cancelling it (the connection closed) stops the waits."""
+        same timeout). Cancelling it (the connection closed) stops the waits. A request
+        for one partition waits as the log's own waiter (``_OneWait``), its timeout kept in
+        ``timeouts`` (of ``loop``) if given, else by a timer of its own."""
         result = loop.create_future()
+        waits = self.waits
+        if len(waits) == 1:  # the common case: the log calls the waiter itself (_OneWait)
+            waiter = _OneWait(self, result, answer)
+            try:
+                waiting = waits[0][0].add_durable_waiter(waits[0][1], waiter)
+            except KafkaError as e:
+                self._wait_failed(0, (e.code, e.message))
+                waiting = False
+            if not waiting:
+                _set_answer(result, answer)
+            elif self.timeout_ms > 0:
+                if timeouts is None:
+                    timeouts = Timeouts(loop)
+                waiter.timeout = timeouts.add(waiter, self.timeout_ms)
+            return result
         pending = []
-        for i, (plog, offset, _, _) in enumerate(self.waits):
+        for i, (plog, offset, _, _) in enumerate(waits):
             try:
                 future = plog.durable_future(offset, loop)
             except KafkaError as e:
@@ -399,6 +419,89 @@ class _Countdown:
                     future.exception()
 
 
+class _OneWait:
+    """The wait of a ``FastProduce`` for one partition, without a future of its own: the log
+    keeps this among its durable waiters and calls ``set_result``/``set_exception`` as it would
+    a future's (``PartitionLog.add_durable_waiter``), and the answer is set at once - one hop
+    of the loop (the answer future's callback) instead of three, no countdown. The outcomes
+    are ``_Countdown``'s for one future: durable, the fsync's failure, or REQUEST_TIMED_OUT
+    after the request's timeout unless the data became durable meanwhile. The answer
+    cancelled (the connection closed): the timeout is dropped when the log resolves the
+    wait. ``timeout``: the waiter's bucket in ``Timeouts`` while it counts."""
+
+    __slots__ = ("answer", "fast", "result", "timeout")
+
+    def __init__(self, fast: FastProduce, result: asyncio.Future,
+                 answer: Callable[[], list]) -> None:
+        self.fast = fast
+        self.result = result
+        self.answer = answer
+        self.timeout: dict | None = None
+
+    def done(self) -> bool:
+        # answered, timed out or cancelled; but not while a cancelled one's timeout counts:
+        # the log then calls set_result or set_exception, which drops it
+        return self.timeout is None and self.result.done()
+
+    def set_result(self, _value: None) -> None:
+        """The log is durable up to the request's records."""
+        timeout = self.timeout
+        if timeout is not None:
+            self.timeout = None
+            del timeout[self]
+        if not self.result.done():
+            _set_answer(self.result, self.answer)
+
+    def set_exception(self, exc: BaseException) -> None:
+        """The fsync covering the records failed (or the log was truncated or closed)."""
+        timeout = self.timeout
+        if timeout is not None:
+            self.timeout = None
+            del timeout[self]
+        if not self.result.done():
+            self.fast._wait_failed(0, _failure(exc))
+            _set_answer(self.result, self.answer)
+
+    def timed_out(self) -> None:
+        """The request's timeout passed while it waited for the disk (the data stays)."""
+        self.timeout = None
+        if not self.result.done():
+            plog, offset, _, _ = self.fast.waits[0]
+            if plog.high_watermark < offset:
+                self.fast._wait_failed(0, _failure(KafkaError(Error.REQUEST_TIMED_OUT)))
+            _set_answer(self.result, self.answer)
+
+
+class Timeouts:
+    """The timeouts of one loop's ``_OneWait``s, in buckets of ``TIMEOUT_TICK_MS`` by when
+    they expire: one timer of the loop per bucket, not one per request (a timer costs the
+    loop more than the rest of a wait's bookkeeping). A waiter answered leaves its bucket;
+    the bucket's timer times out those still in it, at most a tick after their timeout.
+    The dispatcher keeps one for its loop."""
+
+    __slots__ = ("buckets", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.buckets: dict[int, dict[_OneWait, None]] = {}  # tick -> waiters
+
+    def add(self, waiter: _OneWait, timeout_ms: int) -> dict[_OneWait, None]:
+        """Count ``timeout_ms`` for ``waiter`` from now; its bucket (it deletes itself from
+        it when answered)."""
+        tick = int((self.loop.time() * 1000 + timeout_ms) // TIMEOUT_TICK_MS) + 1
+        buckets = self.buckets
+        bucket = buckets.get(tick)
+        if bucket is None:
+            bucket = buckets[tick] = {}
+            self.loop.call_at(tick * TIMEOUT_TICK_MS / 1000, self._expire, tick)
+        bucket[waiter] = None
+        return bucket
+
+    def _expire(self, tick: int) -> None:
+        for waiter in list(self.buckets.pop(tick, ())):
+            waiter.timed_out()
+
+
 def _set_answer(result: asyncio.Future, answer: Callable[[], list]) -> None:
     try:
         result.set_result(answer())
@@ -451,7 +554,9 @@ def fast_path(broker, frame: memoryview, version: int) -> FastProduce | None:
     if (producer is not None and version >= IMPLICIT_ADD_VERSION
             and producer[0] in _ORDER.get(broker, ())):
         return None  # behind a request of the producer still adding partitions
-    results = [(topic.name, []) for topic in parsed.topics]
+    topics = parsed.topics
+    results = ([(topics[0].name, [])] if len(topics) == 1  # (no comprehension's frame)
+               else [(topic.name, []) for topic in topics])
     fast = FastProduce(version, parsed.timeout_ms, results, [])
     cap = broker.config.message_max_uncompressed_bytes
     acks_all = parsed.acks == -1

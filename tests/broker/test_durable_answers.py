@@ -94,3 +94,82 @@ def test_connection_closed_while_its_requests_wait(tmp_path):
             send_produce(w, "gone", b"after")
             part = w.receive().responses[0].partition_responses[0]
             assert (part.error_code, part.base_offset) == (Error.NONE, 3)
+
+
+def test_one_partition_waits_without_a_future_and_leaves_no_timer(tmp_path):
+    """A request for one partition waits as the log's own waiter (no future, no countdown
+    per request); when its connection closed meanwhile, the log's answer still stops the
+    request's timeout (nothing of the request is kept until the timeout)."""
+    fs = HeldFsyncs()
+    with BrokerThread(tmp_path / "d", {"log.flush.mode": "fsync"}, fs=fs) as b:
+        make_topic(b, "one")
+        fs.hold = "one-0"
+        w = KafkaWire.connect(b.bootstrap)
+        for i in range(3):
+            send_produce(w, "one", b"v%d" % i, timeout_ms=600_000)
+        assert fs.held.wait(30)
+
+        async def waiters():
+            return [waiter for _, _, waiter in
+                    b.broker.log_manager.get_partition("one", 0)._waiters]
+
+        deadline = time.monotonic() + 30
+        while len(found := b.call(waiters())) < 2:  # the first may be in the held round
+            assert time.monotonic() < deadline, "the requests did not wait"
+            time.sleep(0.01)
+        assert all(waiter.__class__.__name__ == "_OneWait" for waiter in found)
+        assert all(waiter.timeout is not None for waiter in found)
+        w.close()
+        while b.broker.connections:
+            assert time.monotonic() < deadline, "the connection was not dropped"
+            time.sleep(0.01)
+        fs.hold = None
+        fs.release.set()
+        wait_settled(b, "one")
+        assert all(waiter.timeout is None and waiter.result.cancelled() for waiter in found)
+
+
+def test_timeouts_share_one_timer_per_tick():
+    """Request timeouts are kept in buckets of TIMEOUT_TICK_MS: one timer of the loop per
+    bucket, however many requests; an answered request leaves its bucket, the bucket's
+    timer times out the rest, never before their timeout."""
+    from semel.broker.handlers.produce import TIMEOUT_TICK_MS, Timeouts
+
+    class Loop:
+        def __init__(self):
+            self.now = 100.0
+            self.timers = []
+
+        def time(self):
+            return self.now
+
+        def call_at(self, when, callback, *args):
+            self.timers.append((when, callback, args))
+
+    class Waiter:
+        def __init__(self):
+            self.timeout = None
+            self.fired = False
+
+        def timed_out(self):
+            self.timeout = None
+            self.fired = True
+
+    loop = Loop()
+    timeouts = Timeouts(loop)
+    waiters = [Waiter() for _ in range(5)]
+    for waiter in waiters[:4]:
+        waiter.timeout = timeouts.add(waiter, 30_000)
+    loop.now += TIMEOUT_TICK_MS / 1000  # a later tick: a second timer
+    waiters[4].timeout = timeouts.add(waiters[4], 30_000)
+    assert len(loop.timers) == 2
+    assert all(when >= 100.0 + 30 for when, _, _ in loop.timers)
+    first = waiters[0].timeout
+    del first[waiters[0]]  # answered: as _OneWait.set_result does
+    waiters[0].timeout = None
+    _, callback, args = loop.timers[0]
+    callback(*args)
+    assert [w.fired for w in waiters] == [False, True, True, True, False]
+    _, callback, args = loop.timers[1]
+    callback(*args)
+    assert waiters[4].fired and timeouts.buckets == {}

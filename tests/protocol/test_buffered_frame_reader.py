@@ -54,6 +54,63 @@ def test_same_frames_as_frame_decoder_for_any_chunking(frames, chunks) -> None:
     assert read_all(BufferedFrameReader(scratch_size=65536), data, chunks) == frames
 
 
+@settings(max_examples=200, deadline=None)
+@given(frames=st.lists(st.one_of(st.binary(max_size=40),
+                                 st.binary(min_size=33000, max_size=70000)), max_size=6),
+       chunks=st.lists(st.integers(min_value=1, max_value=70000), max_size=8),
+       takes=st.lists(st.integers(min_value=0, max_value=3), max_size=8),
+       refused=st.booleans())
+def test_ready_attribute_is_frame_ready_at_every_step(frames, chunks, takes, refused) -> None:
+    """``ready`` (kept by buffer_updated and next_frame for the connection) equals the
+    computed ``frame_ready`` after every call, whatever the chunking and however many frames
+    are taken between reads; also for a size prefix the reader refuses."""
+    check_ready(frames, chunks, takes, refused)
+
+
+@pytest.mark.parametrize("chunk", range(1, 24))
+@pytest.mark.parametrize("takes", [[0, 1], [1], [2, 0, 0]])
+def test_ready_attribute_small_chunks(chunk, takes) -> None:
+    """Every cut of a few small frames (the next frame's prefix or last bytes missing when
+    one is taken)."""
+    check_ready([b"a" * 10, b"b" * 3, b"", b"c" * 17, b"d"], [chunk], takes, False)
+
+
+def check_ready(frames, chunks, takes, refused) -> None:
+    data = stream_of(frames) + (struct.pack(">i", 1 << 30) + b"x" if refused else b"")
+    reader = BufferedFrameReader(max_frame_size=1 << 20, scratch_size=65536)
+    assert reader.ready == reader.frame_ready
+    pos = i = 0
+    while pos < len(data):
+        buf = reader.get_buffer(-1)
+        assert reader.ready == reader.frame_ready
+        if len(buf) == 0:  # full of whole frames: take one
+            reader.next_frame()
+            continue
+        n = min(len(buf), chunks[i % len(chunks)] if chunks else len(data), len(data) - pos)
+        buf[:n] = data[pos:pos + n]
+        pos += n
+        reader.buffer_updated(n)
+        assert reader.ready == reader.frame_ready
+        for _ in range(takes[i % len(takes)] if takes else 1):
+            try:
+                reader.next_frame()
+            except FrameTooLarge:
+                assert refused and reader.ready == reader.frame_ready
+                return
+            assert reader.ready == reader.frame_ready
+        i += 1
+    while True:
+        try:
+            if reader.next_frame() is None:
+                break
+        except FrameTooLarge:
+            break
+        assert reader.ready == reader.frame_ready
+    assert reader.ready == reader.frame_ready
+    reader.close()
+    assert reader.ready == reader.frame_ready
+
+
 def test_byte_by_byte() -> None:
     frames = [b"a" * 10, b"b" * 40000, b"", b"c"]
     assert read_all(BufferedFrameReader(), stream_of(frames), [1]) == frames
