@@ -22,7 +22,9 @@ bytes); ``struct io_event``: u64 data, u64 obj, s64 res, s64 res2 (32 bytes).
 
 Threading: everything runs on the event loop; the kernel copies a control block during
 ``io_submit``, so one buffer serves every request. The descriptors submitted must stay open
-until their future resolves (the partition log pins the segments of a round).
+until their call completes (the partition log pins the segments of a round). ``start`` calls
+its callback from the eventfd's reader itself (the flusher completes a round there, without
+a hop of the loop); ``submit`` wraps it in a future.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import errno
+import functools
 import os
 import struct
 import sys
+from collections.abc import Callable
 
-from semel.storage.fs import AioUnsupported
+from semel.storage.fs import AioUnsupported, settle_future
 
 # (io_setup, io_destroy, io_getevents, io_submit) per machine
 _SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
@@ -50,7 +54,7 @@ class AioFsync:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, libc, calls: tuple[int, int, int, int],
                  context: ctypes.c_ulong, eventfd: int) -> None:
-        self._loop = loop
+        self._loop = self.loop = loop
         self._syscall = libc.syscall
         self._io_destroy, self._io_getevents, self._io_submit = calls[1], calls[2], calls[3]
         self._context = context
@@ -59,7 +63,8 @@ class AioFsync:
         self._iocbs = (ctypes.c_void_p * 1)(ctypes.addressof(self._iocb))
         self._events = ctypes.create_string_buffer(_EVENT.size * MAX_EVENTS)
         self._no_wait = (ctypes.c_long * 2)(0, 0)
-        self._pending: dict[int, list] = {}  # key -> [future, requests left, first error]
+        # key -> [done callback, requests left, first error, submit's future or None]
+        self._pending: dict[int, list] = {}
         self._in_flight = 0
         self._next_key = 1
         self.closed = False
@@ -88,14 +93,27 @@ class AioFsync:
         AioUnsupported if the kernel refuses FDSYNC, OSError if a request cannot be queued
         (nothing of this call is then left pending)."""
         future = self._loop.create_future()
-        if not fds:
+        if fds:
+            self.start(fds, functools.partial(settle_future, future), future)
+        else:
             future.set_result(None)
-            return future
+        return future
+
+    def start(self, fds: list[int], done: Callable[[OSError | None], object],
+              future: asyncio.Future | None = None) -> None:
+        """``submit`` without a future: ``done(None)`` or ``done(first OSError)`` is called
+        on the loop, from the eventfd's reader itself, once every request returned - no hop
+        through a future's callbacks; it must not raise. It is never called if the context is
+        closed first. Raises as ``submit``, and then never calls ``done``. (``future``: ``submit``'s, which
+        ``close`` cancels.)"""
+        if not fds:
+            done(None)
+            return
         if self._in_flight + len(fds) > MAX_EVENTS:
             raise OSError(errno.EAGAIN, "too many fsync requests in flight")
         key = self._next_key
         self._next_key += 1
-        entry = [future, 0, None]
+        entry = [done, 0, None, future]
         self._pending[key] = entry
         for fd in fds:
             _IOCB.pack_into(self._iocb, 0, key, 0, 0, IOCB_CMD_FDSYNC, 0, fd, 0, 0, 0, 0,
@@ -107,13 +125,12 @@ class AioFsync:
                     if code == errno.EINVAL:
                         raise AioUnsupported(code, "io_submit refused an FDSYNC request")
                     raise OSError(code, os.strerror(code))
-                # some queued (a call of several files): the future fails once those
-                # complete, and the round with it - a failed fsync, never a silent one
+                # some queued (a call of several files): it fails once those complete, and
+                # the round with it - a failed fsync, never a silent one
                 entry[2] = entry[2] or OSError(code, os.strerror(code))
                 break
             entry[1] += 1
             self._in_flight += 1
-        return future
 
     def _completed(self) -> None:
         """The eventfd is readable: collect every finished request, settle whole calls."""
@@ -144,12 +161,7 @@ class AioFsync:
             entry[2] = OSError(-result, f"fdatasync: {os.strerror(-result)}")
         if entry[1] == 0:
             del self._pending[key]
-            future, _, error = entry
-            if not future.done():  # cancelled: its round was abandoned
-                if error is None:
-                    future.set_result(None)
-                else:
-                    future.set_exception(error)
+            entry[0](entry[2])
 
     def close(self) -> None:
         """Wait for requests in flight (io_destroy does), release the context."""
@@ -159,6 +171,8 @@ class AioFsync:
         self._loop.remove_reader(self._eventfd)
         self._syscall(self._io_destroy, self._context)
         os.close(self._eventfd)
-        for future, _, _ in self._pending.values():
-            future.cancel()
+        for _, _, _, future in self._pending.values():
+            if future is not None:
+                future.cancel()
         self._pending.clear()
+

@@ -10,6 +10,7 @@ so `simulate_power_loss()` can cut every file back to what a real power loss cou
 `fsync_async` is the flusher's fsync of a round without a thread (storage/aio_fsync.py,
 Linux AIO): the real file system submits the descriptors; the faulty one counts, fails or
 records it exactly as `_fsync` does, so fault and power-loss tests cover that path too.
+`fsync_async_then` is the same with a callback instead of a future (the flusher's).
 
 Threading: a `FileHandle` may be fsynced from an executor thread while the event loop
 appends to it; everything else happens on the loop.
@@ -18,6 +19,7 @@ appends to it; everything else happens on the loop.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import shutil
 import threading
@@ -27,8 +29,33 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
     from semel.storage.aio_fsync import AioFsync
+
+
+def settle_future(future: asyncio.Future, error: BaseException | None) -> None:
+    """An fsync's outcome into its future, unless the future was cancelled (its round
+    abandoned)."""
+    if not future.done():
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
+def _then(future: asyncio.Future | None, done: Callable[[BaseException | None], object]) -> bool:
+    """Call ``done`` with ``future``'s outcome once it has one (not if it is cancelled: its
+    round was abandoned); False if there is no future."""
+    if future is None:
+        return False
+
+    def settled(future: asyncio.Future) -> None:
+        if not future.cancelled():
+            done(future.exception())
+
+    future.add_done_callback(settled)
+    return True
 
 
 class MetadataFileError(RuntimeError):
@@ -167,6 +194,21 @@ class RealFileSystem:
             return None
         return aio.submit([handle.fd for handle in handles])
 
+    def fsync_async_then(self, handles: list[FileHandle], aio: AioFsync,
+                         done: Callable[[BaseException | None], object]) -> bool:
+        """`fsync_async` with a callback: ``done(None)``, or ``done(the first failure)``, on
+        the loop once the fsyncs returned - straight from the AIO completion (no hop through
+        a future's callbacks) unless `fsync_async` is replaced (a subclass's or a test's,
+        whose future is then waited on). False, and ``done`` is never called, where
+        `fsync_async` would return None; raises as `fsync_async` (``done`` not called). ``done``
+        may be called before this returns, and must not raise."""
+        if getattr(self.fsync_async, "__func__", None) is not RealFileSystem.fsync_async:
+            return _then(self.fsync_async(handles, aio), done)
+        if type(self)._fsync is not RealFileSystem._fsync:
+            return False
+        aio.start([handle.fd for handle in handles], done)
+        return True
+
     # -- low-level hooks FaultyFileSystem overrides --------------------------------------
 
     def _opened(self, handle: FileHandle, created: bool) -> None:
@@ -283,29 +325,46 @@ class FaultyFileSystem(RealFileSystem):
         had when the request was made. None for a subclass with its own `_fsync`."""
         if type(self)._fsync is not FaultyFileSystem._fsync:
             return None
+        future = aio.loop.create_future()
+        if not self._counted_fsync(handles, aio, functools.partial(settle_future, future),
+                                   future):
+            return None
+        return future
+
+    def fsync_async_then(self, handles: list[FileHandle], aio: AioFsync,
+                         done: Callable[[BaseException | None], object]) -> bool:
+        """`fsync_async` (counted, failed and synced alike) with
+        `RealFileSystem.fsync_async_then`'s callback; a failure by `fsync_error` calls
+        ``done`` at once."""
+        if getattr(self.fsync_async, "__func__", None) is not FaultyFileSystem.fsync_async:
+            return super().fsync_async_then(handles, aio, done)
+        return self._counted_fsync(handles, aio, done, None)
+
+    def _counted_fsync(self, handles: list[FileHandle], aio: AioFsync,
+                       done: Callable[[BaseException | None], object],
+                       future: asyncio.Future | None) -> bool:
+        """The two forms' common part (``future``: `fsync_async`'s, which closing ``aio``
+        cancels)."""
+        if type(self)._fsync is not FaultyFileSystem._fsync:
+            return False
         with self._lock:
             for handle in handles:
                 self.fsync_calls[handle.path] += 1
         failing = [h for h in handles if self.fsync_error is not None and self._applies(h.path)]
         if failing:
-            import asyncio  # the seam is also used without an event loop
-
-            future = asyncio.get_running_loop().create_future()
-            future.set_exception(OSError(self.fsync_error, os.strerror(self.fsync_error),
-                                         failing[0].path))
-            return future
+            done(OSError(self.fsync_error, os.strerror(self.fsync_error), failing[0].path))
+            return True
         sizes = [(handle.path, handle.size()) for handle in handles]
-        future = aio.submit([handle.fd for handle in handles])
 
-        def synced(done: asyncio.Future) -> None:  # runs before the waiter's own callback
-            if done.cancelled() or done.exception() is not None:
-                return
-            with self._lock:
-                for path, size in sizes:
-                    self._synced[path] = max(size, self._synced.get(path, 0))
+        def synced(error: OSError | None) -> None:  # before the round learns of it
+            if error is None:
+                with self._lock:
+                    for path, size in sizes:
+                        self._synced[path] = max(size, self._synced.get(path, 0))
+            done(error)
 
-        future.add_done_callback(synced)
-        return future
+        aio.start([handle.fd for handle in handles], synced, future)
+        return True
 
     def fsync_dir(self, path: str | Path) -> None:
         if self.fsync_error is not None and self._applies(os.fspath(path)):

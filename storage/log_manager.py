@@ -13,13 +13,16 @@ Files in `<data_dir>/`:
   <topic>-<partition>/          one partition log (partition_log.py); a deleted topic's dirs
                                 are renamed `<dir>.<uuid hex>-delete` and removed off-loop
 
-Background tasks started by `start()`: the flusher (group commit: one fsync per dirty
-partition per round off the loop - through Linux native AIO where the round is only log
-files' fdatasyncs (aio_fsync.py: no thread, the completion wakes the loop), else in the
-long-lived fsync thread (sync_thread.py) for a round of one partition or the executor's
+Background work started by `start()`: the flusher (group commit: one fsync per dirty
+partition per round off the loop - through Linux native AIO for a job of log files'
+fdatasyncs only (aio_fsync.py: no thread, the completion wakes the loop), else in the
+long-lived fsync thread (sync_thread.py) for a round's only such job or the executor's
 threads for several -, then high watermarks advance, waiters resolve and
-`on_high_watermark(partition_log)` is called; a round starts one turn of the event loop
-after the append that asked for it, so what tasks woken meanwhile append shares it), the
+`on_high_watermark(partition_log)` is called; a round starts two turns of the event loop
+after the append that asked for it, so what tasks woken meanwhile append shares it, and the
+next at once when one ends with logs dirty again. Callbacks drive it, no task: the common
+round costs the loop the turn that starts it and the turn of its AIO completion; a task
+runs only a round's rare parts - thread fsyncs, the log-start checkpoint, purging), the
 retention check every
 `retention_check_interval_ms`, and the producer-id expiration check every
 `producer_id_expiration_check_interval_ms` (forgets producers idle for
@@ -77,6 +80,7 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _DELETE_DIR = re.compile(r".*\.[0-9a-f]{32}-delete")
 MAX_FILE_NAME = 255  # bytes in one path component on common file systems
+_IDLE, _SCHEDULED, _RUNNING = 0, 1, 2  # the flusher's round
 
 
 def doomed_dir_name(directory: str, unique: str) -> str:
@@ -205,17 +209,25 @@ class LogManager:
         self._dirty: dict[TopicPartition, PartitionLog] = {}
         # logs whose deleted files wait for removal (purge_deleted), kept in order
         self._deleting: dict[PartitionLog, None] = {}
-        self._dirty_event: asyncio.Event | None = None
         self._log_start_dirty = False
         self._doomed_dirs: list[str] = []
         self._executor: ThreadPoolExecutor | None = None
         self._sync_thread: SyncThread | None = None
         self._aio: AioFsync | None = None  # opened by the first round that can use it
         self._aio_usable = True
-        self._flusher: asyncio.Task | None = None
+        # the flusher (group commit), driven by callbacks: _ask_round -> (two turns) ->
+        # _begin_round -> each job's fsync completion -> _part_done -> _round_over, which
+        # starts the next round at once if logs became dirty meanwhile. A round's rare parts
+        # (a thread's fsync, the log-start checkpoint, purging) run in a task (_round_task).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._rounds_on = False  # rounds may start (from start() until close/abandon)
+        self._round_state = _IDLE
+        self._round_left = 0  # parts of the running round not done yet
+        self._round_epoch = 0  # abandon() moves it on: completions of older rounds are ignored
+        self._round_task: asyncio.Task | None = None
+        self._idle_waiters: list[asyncio.Future] = []  # close(): the last round is over
         self._retention: asyncio.Task | None = None
         self._producer_expiration: asyncio.Task | None = None
-        self._stopping = False
         self._lock_fd: int | None = None
         self.started = False
 
@@ -267,9 +279,8 @@ class LogManager:
         if clean:
             fs.remove(self._path(CLEAN_SHUTDOWN_FILE))
             fs.fsync_dir(self.data_dir)
-        self._dirty_event = asyncio.Event()
-        self._stopping = False
-        self._flusher = loop.create_task(self._flush_loop(), name="semel-log-flusher")
+        self._loop = loop
+        self._rounds_on = True
         self._retention = loop.create_task(self._retention_loop(), name="semel-log-retention")
         self._producer_expiration = loop.create_task(
             self._producer_expiration_loop(), name="semel-producer-expiration"
@@ -278,7 +289,7 @@ class LogManager:
         if self.cleaner_enable:
             self._cleaner = loop.create_task(self._cleaner_loop(), name="semel-log-cleaner")
         if self._doomed_dirs:
-            self._dirty_event.set()
+            self._ask_round()
         self.started = True
 
     async def close(self) -> None:
@@ -293,10 +304,12 @@ class LogManager:
                     await task
         if self._cleaner_worker is not None:
             await self._cleaner_worker.close()
-        self._stopping = True
-        if self._flusher is not None:
-            self._dirty_event.set()
-            await self._flusher
+        if self._rounds_on:  # a last round (what was appended before close), then no more
+            idle = self._loop.create_future()
+            self._idle_waiters.append(idle)
+            self._ask_round()
+            await idle
+            self._rounds_on = False
         clean = True
         for plog in self._logs.values():
             try:
@@ -322,11 +335,16 @@ class LogManager:
         if not self.started:
             return
         self.started = False
+        self._rounds_on = False  # no round starts, none in flight completes
+        self._round_epoch += 1
+        self._round_state = _IDLE
         tasks = [
-            t for t in (self._retention, self._producer_expiration, self._flusher, self._cleaner)
+            t for t in (self._retention, self._producer_expiration, self._round_task,
+                        self._cleaner)
             if t is not None
         ]
-        for task in tasks:  # cancel both before yielding: no flush round may start
+        self._round_task = None
+        for task in tasks:  # cancel all before yielding
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
@@ -470,8 +488,8 @@ class LogManager:
 
     def _on_dirty(self, plog: PartitionLog) -> None:
         self._dirty[plog.topic_partition] = plog
-        if self._dirty_event is not None:
-            self._dirty_event.set()
+        if not self._round_state and self._rounds_on:
+            self._ask_round()
 
     def _on_high_watermark(self, plog: PartitionLog) -> None:
         listener = self.on_high_watermark
@@ -483,8 +501,7 @@ class LogManager:
 
     def _on_log_start_offset(self, plog: PartitionLog) -> None:
         self._log_start_dirty = True
-        if self._dirty_event is not None:
-            self._dirty_event.set()
+        self._ask_round()
 
     def get_partition(self, topic: str, partition: int) -> PartitionLog | None:
         # a plain tuple hashes and compares as the TopicPartition keys do, and is cheaper to
@@ -597,8 +614,7 @@ class LogManager:
             log.error("could not rename %s for deletion: %s", directory, exc)
             return False
         self._doomed_dirs.append(doomed)
-        if self._dirty_event is not None:
-            self._dirty_event.set()
+        self._ask_round()
         return True
 
     def delete_topic(self, name: str) -> None:
@@ -713,66 +729,168 @@ class LogManager:
 
     # -- background work --------------------------------------------------------------------
 
-    async def _flush_loop(self) -> None:
-        event = self._dirty_event
-        while True:
-            await event.wait()
-            # one more turn of the loop first: tasks woken by the same event (a request let
-            # go by the append that set it, say) append before the round takes its snapshot,
-            # and share its fsync instead of waiting for the next round
-            await asyncio.sleep(0)
-            event.clear()
-            try:
-                await self._flush_round()
-            except Exception:
-                log.exception("flush round failed")
-            if self._stopping and not self._dirty:
-                return
+    def _ask_round(self) -> None:
+        """Something waits for a round: start one two turns of the loop from now unless one
+        is scheduled or running (that one ends by starting the next if anything is left).
+        Two turns, as the flusher task's wake-up and yield before: tasks woken by the same
+        turn's work (a request let go by the append that asked) append first, and share
+        the round's fsync instead of waiting for the next round."""
+        if self._round_state == _IDLE and self._rounds_on:
+            self._round_state = _SCHEDULED
+            loop = self._loop
+            loop.call_soon(loop.call_soon, self._begin_round)
 
-    async def _flush_round(self) -> None:
-        """One group commit: fsync every dirty partition once, in parallel, off the loop."""
-        loop = asyncio.get_running_loop()
+    def _take_jobs(self) -> list[tuple[PartitionLog, FlushJob]]:
         dirty = list(self._dirty.values())
         self._dirty.clear()
-        jobs = [(plog, job) for plog in dirty if (job := plog.begin_flush()) is not None]
-        if len(jobs) == 1:  # the common round of a light load: no gather around one job
+        return [(plog, job) for plog in dirty if (job := plog.begin_flush()) is not None]
+
+    def _begin_round(self) -> None:
+        """One group commit: fsync every dirty partition once, in parallel, off the loop -
+        through AIO each job of log files only, straight from here (no task, no future);
+        the rest in the round's task. Each job completes as its fsync returns."""
+        if self._round_state != _SCHEDULED:  # abandoned meanwhile
+            return
+        self._round_state = _RUNNING
+        self._round_left = 1  # this call's own part: done calls completing at once wait
+        try:
+            jobs = self._take_jobs()
+        except Exception:
+            log.exception("flush round failed")
+            jobs = []
+        slow = []
+        epoch = self._round_epoch
+        for plog, job in jobs:
+            if job.handles is not None and self._aio_usable:
+                aio = self._aio_context()
+                if aio is not None:
+                    self._round_left += 1
+                    try:
+                        if self.fs.fsync_async_then(
+                            job.handles, aio, functools.partial(self._job_done, plog, job, epoch)
+                        ):
+                            continue
+                    except AioUnsupported:
+                        log.info("the kernel refuses AIO fdatasync: flushing in a thread")
+                        self._aio_usable = False
+                    except OSError as exc:  # not queued (EAGAIN, say): nothing synced, no fault
+                        log.warning("%s: AIO fdatasync not queued (%s): flushing in a thread",
+                                    plog.topic_partition, exc)
+                    except Exception as exc:  # a bug: fail the job rather than stall rounds
+                        log.exception("flush round failed")
+                        self._job_done(plog, job, epoch, exc)
+                        continue
+                    self._round_left -= 1
+            slow.append((plog, job))
+        if slow:
+            self._round_left += 1
+            self._run_task(self._run_jobs(slow, False), self._part_done)
+        self._part_done()
+
+    def _job_done(self, plog: PartitionLog, job: FlushJob, epoch: int,
+                  error: BaseException | None) -> None:
+        """The fsync of one job returned (on the loop, from its completion)."""
+        if epoch != self._round_epoch:  # abandoned: nothing of it is to be believed
+            return
+        try:
+            plog.complete_flush(job, error)
+        except Exception:
+            log.exception("flush round failed")
+        self._part_done()
+
+    def _part_done(self) -> None:
+        self._round_left -= 1
+        if self._round_left:
+            return
+        if self._rounds_on and (self._log_start_dirty or self._deleting or self._doomed_dirs):
+            self._run_task(self._round_tail(), self._round_over)
+        else:
+            self._round_over()
+
+    def _round_over(self) -> None:
+        """The round is done: the next starts at once if logs became dirty meanwhile (what
+        they appended had its turns while the fsync ran), else the flusher rests."""
+        if self._rounds_on and (self._dirty or self._log_start_dirty or self._doomed_dirs):
+            self._round_state = _SCHEDULED
+            self._begin_round()
+            return
+        self._round_state = _IDLE
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _run_task(self, coro, then: Callable[[], None]) -> None:
+        """Run a rare part of the round in a task; ``then()`` once it is over (not if
+        abandoned: cancelled)."""
+        epoch = self._round_epoch
+
+        def finished(task: asyncio.Task) -> None:
+            if self._round_task is task:
+                self._round_task = None
+            if task.cancelled() or epoch != self._round_epoch:
+                return
+            if task.exception() is not None:
+                log.error("flush round failed", exc_info=task.exception())
+            then()
+
+        task = self._round_task = self._loop.create_task(coro, name="semel-log-flush")
+        task.add_done_callback(finished)
+
+    async def _run_jobs(self, jobs: list[tuple[PartitionLog, FlushJob]], aio: bool) -> None:
+        """Wait for the fsyncs of ``jobs`` (AIO tried first if ``aio``), complete each."""
+        if len(jobs) == 1:  # no gather around one job
             plog, job = jobs[0]
             try:
-                await self._start_job(plog, job, True)
+                await self._start_job(plog, job, True, aio)
             except Exception as exc:  # noqa: BLE001 - the fsync's failure, handed to the log
                 plog.complete_flush(job, exc)
             else:
                 plog.complete_flush(job, None)
         elif jobs:
             results = await asyncio.gather(
-                *(self._start_job(plog, job, False) for plog, job in jobs),
+                *(self._start_job(plog, job, False, aio) for plog, job in jobs),
                 return_exceptions=True,
             )
             for (plog, job), result in zip(jobs, results, strict=True):
                 plog.complete_flush(job, result if isinstance(result, BaseException) else None)
+
+    async def _round_tail(self) -> None:
+        """A round's rare end: the log-start checkpoint, removal of deleted files."""
         if self._log_start_dirty:
             try:
-                await loop.run_in_executor(self._executor, self._write_log_start_checkpoint)
+                await self._loop.run_in_executor(self._executor, self._write_log_start_checkpoint)
             except OSError as exc:
                 log.error("writing %s failed: %s", LOG_START_OFFSET_CHECKPOINT, exc)
         if self._deleting or self._doomed_dirs:
             await self.purge_deleted()
 
-    def _start_job(self, plog: PartitionLog, job: FlushJob, alone: bool) -> asyncio.Future:
-        """Start the fsyncs of one partition's round: a job of log files only through native
-        AIO where the kernel offers it (no thread at all), else in a thread - the fsync
-        thread for a round's only job, the executor's threads for one of several (they run
-        in parallel). The future fails with the fsync's error."""
-        if job.handles is not None and self._aio_usable:
-            aio = self._aio
-            if aio is None:
-                from semel.storage.aio_fsync import AioFsync  # ctypes: on the first round
+    async def _flush_round(self) -> None:
+        """A whole round as one coroutine (flush_all), beside the flusher's."""
+        await self._run_jobs(self._take_jobs(), True)
+        await self._round_tail()
 
-                aio = self._aio = AioFsync.open(asyncio.get_running_loop())
-                self._aio_usable = aio is not None
-            if aio is not None:
+    def _aio_context(self) -> AioFsync | None:
+        """The AIO context, opened by the first round that can use it; None without one."""
+        aio = self._aio
+        if aio is None and self._aio_usable:
+            from semel.storage.aio_fsync import AioFsync  # ctypes: on the first round
+
+            aio = self._aio = AioFsync.open(self._loop)
+            self._aio_usable = aio is not None
+        return aio
+
+    def _start_job(self, plog: PartitionLog, job: FlushJob, alone: bool,
+                   aio: bool = True) -> asyncio.Future:
+        """Start the fsyncs of one partition's round: a job of log files only through native
+        AIO where the kernel offers it and ``aio`` (no thread at all), else in a thread -
+        the fsync thread for a round's only job, the executor's threads for one of several
+        (they run in parallel). The future fails with the fsync's error."""
+        if aio and job.handles is not None and self._aio_usable:
+            context = self._aio_context()
+            if context is not None:
                 try:
-                    future = self.fs.fsync_async(job.handles, aio)
+                    future = self.fs.fsync_async(job.handles, context)
                     if future is not None:
                         return future
                 except AioUnsupported:
@@ -783,7 +901,7 @@ class LogManager:
                                 plog.topic_partition, exc)
         if alone:
             return self._sync_thread.submit(plog.run_flush, job)
-        return asyncio.get_running_loop().run_in_executor(self._executor, plog.run_flush, job)
+        return self._loop.run_in_executor(self._executor, plog.run_flush, job)
 
     async def purge_deleted(self) -> None:
         """Remove deleted segment files and doomed directories, off the loop. The logs
