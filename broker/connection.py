@@ -31,10 +31,12 @@ while the transport's write buffer is full, or while the broker's request memory
 middle of a large request already at 7/8 of it. A frame larger than
 ``socket.request.max.bytes`` closes the connection before it is buffered.
 
-Time: ``last_active`` (monotonic ms) moves when a whole request arrives or a response is
-flushed, never for a trickled byte; ``partial_since`` is when the unfinished request now
-being received began; ``close_at`` is when a connection whose authentication failed is
-closed (``connection.failed.authentication.delay.ms`` after the answer). The server closes a
+Time: ``last_active`` (monotonic ms) moves when responses are flushed - every request ends
+there, an unanswered acks=0 one too, and a connection is only idle with none in flight, so
+it is never earlier than the last request's arrival - never for a trickled byte;
+``partial_since`` is when the unfinished request now being received began; ``close_at`` is
+when a connection whose authentication failed is closed
+(``connection.failed.authentication.delay.ms`` after the answer). The server closes a
 connection idle past ``connections.max.idle.ms``, with a request unfinished past
 ``socket.request.read.timeout.ms``, or past its ``close_at``. A request's queue time (the
 ``semel_request_queue_time_seconds`` histogram) runs from the read that completed its frame
@@ -69,6 +71,7 @@ import asyncio
 import logging
 import os
 import types
+from bisect import bisect_left
 from collections import deque
 from itertools import islice
 from time import perf_counter_ns
@@ -136,7 +139,9 @@ class _Slot:
                 conn.broker.bad_input_log.exception(
                     f"closing {conn.peer}: unexpected error while handling a request")
                 conn.close()
-        conn._finished(self)
+        conn.memory.release(self.size)  # conn._finished(self), inline
+        if self.holds_turn:
+            self.release()
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -303,8 +308,10 @@ class Connection(asyncio.BufferedProtocol):
             # completed it; for a frame that arrived whole behind others, since the latest
             # read (its own may have been earlier: a lower bound)
             ready = self.ready_ns
-            if ready is not None:
-                queue_time.observe((now - ready) / 1e9)
+            if ready is not None:  # queue_time.observe, inline
+                seconds = (now - ready) / 1e9
+                queue_time.counts[bisect_left(queue_time.bounds, seconds)] += 1
+                queue_time.sum += seconds
             self.ready_ns = self.read_ns if reader.ready else None
             self._start(frame)
 
@@ -321,7 +328,6 @@ class Connection(asyncio.BufferedProtocol):
         self.slots.append(slot)
         self.pending_bytes += size
         self.running = True
-        self.last_active = self.broker.monotonic_ms()
         try:
             data = self.dispatcher.dispatch(
                 frame, self.session, slot.release, self.throttle, defer_on=self.loop)
@@ -336,8 +342,16 @@ class Connection(asyncio.BufferedProtocol):
             return
         if cls is not _COROUTINE:  # answered without a coroutine (fast produce)
             slot.data = data
-            self._answered(slot)
-            self._finished(slot)
+            if self.session.close_after_ms is not None:
+                self._answered(slot)
+                self._finished(slot)
+                return
+            # _answered and _finished, inline (called from _start_ready's burst: _pump
+            # would return at once, _flush defer the write to the burst's end)
+            slot.done = True
+            slot.holds_turn = self.running = False
+            self.flush_deferred = True
+            self.memory.release(size)
             return
         coro = self._run(data, slot)
         try:
@@ -392,7 +406,8 @@ class Connection(asyncio.BufferedProtocol):
             self._update_reading()
             self.close_at = self.broker.monotonic_ms() + close_after_ms
             self.loop.call_later(close_after_ms / 1000, self.close_if_due)
-        slot.release()
+        if slot.holds_turn:  # (slot.release() would look too)
+            slot.release()
         self._flush()
 
     def close_if_due(self) -> None:

@@ -35,6 +35,7 @@ from semel.protocol import api
 from semel.protocol.errors import Error, KafkaError, ProtocolError
 from semel.protocol.frame import encode_response_header, parse_request_header, peek_api_key_version
 from semel.protocol.primitives import FrameBuilder
+from semel.protocol.produce_fast import encode_response as encode_produce_response
 
 if TYPE_CHECKING:
     from semel.broker.server import Broker
@@ -44,6 +45,7 @@ PRODUCE = 0
 FETCH = 1
 API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
+_KEY_VERSION_CORRELATION = struct.Struct(">hhi")  # protocol.frame's, for the inline peek
 _LOADED = HANDLERS.loaded  # the handler modules imported so far (HANDLERS imports the rest)
 # APIs the request quota exempts (Kafka: cluster actions, answered exempt from throttling)
 REQUEST_QUOTA_EXEMPT = frozenset({27})  # WriteTxnMarkers
@@ -88,10 +90,12 @@ class Dispatcher:
         this call, without a coroutine (most requests of a busy producer end here)."""
         if session.raw_tokens:
             return self._raw_token(frame, session)
-        try:
-            api_key, version, correlation_id = peek_api_key_version(frame)
-        except ProtocolError as e:
-            raise CloseConnection(str(e)) from None
+        if len(frame) < 8:  # peek_api_key_version, inline
+            try:
+                peek_api_key_version(frame)
+            except ProtocolError as e:
+                raise CloseConnection(str(e)) from None
+        api_key, version, correlation_id = _KEY_VERSION_CORRELATION.unpack_from(frame, 0)
         handler = _LOADED.get(api_key)
         if handler is None:
             handler = HANDLERS.get(api_key)  # an API's first request imports its module
@@ -223,7 +227,7 @@ class Dispatcher:
 
     def _fast_answer(self, fast, correlation_id: int, started: float) -> list:
         """The answer to a Produce request the fast path appended."""
-        out = fast.encode(correlation_id)
+        out = encode_produce_response(fast.version, correlation_id, fast.results)  # fast.encode
         metrics = self.metrics
         if metrics is not None:
             metrics.observe_request(PRODUCE, perf_counter() - started)

@@ -35,6 +35,8 @@ class FetchWaiters:
 
     def notify(self, partition_log) -> None:
         """Listener for LogManager: ``partition_log.topic_partition`` gained readable data."""
+        if not self._by_partition:  # no fetch parked (a producer's every append asks)
+            return
         tp = partition_log.topic_partition
         waiters = self._by_partition.get((tp.topic, tp.partition))
         if waiters:

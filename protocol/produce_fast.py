@@ -30,6 +30,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _HI = struct.Struct(">hi")
 _CORRELATION = struct.Struct(">i")
+_SIZE = struct.Struct(">i")
 _SIZE_CORRELATION = struct.Struct(">ii")
 _PARTITION_V2 = struct.Struct(">ihqq")  # v3-4: no log start offset
 _PARTITION_V5 = struct.Struct(">ihqqq")
@@ -204,21 +205,28 @@ def _write_uvarint(out: bytearray, value: int) -> None:
 
 
 # the common answer, v9+ (Java's): one topic, one partition without an error message. Per
-# topic name the bytes before the partition (topic count, name, partition count; a bounded
-# cache: names come from existing topics), then the partition's fields and a fixed tail
-_ONE_HEADS: dict[str, bytes] = {}
-_ONE_HEADS_MAX = 1024
+# topic name (a bounded cache: names come from existing topics) the whole frame as a
+# template - size prefix, a correlation id to fill in, no header tagged fields, topic count,
+# name, partition count, the partition's fields to fill in at ``offset``, a fixed tail -
+# which each answer copies and fills with two pack_into calls
+_ONE_FRAMES: dict[str, tuple[bytes, int]] = {}
+_ONE_FRAMES_MAX = 1024
 _ONE_TAIL = _EMPTY_V9 + b"\x00" + b"\x00\x00\x00\x00" + b"\x00"  # topic tags, throttle, tags
 
 
-def _one_head(name: str) -> bytes:
-    out = bytearray(b"\x02")  # one topic
+def _one_frame(name: str) -> tuple[bytes, int]:
+    out = bytearray(9)  # size, correlation id, no header tagged fields
+    out.append(2)  # one topic
     _string(out, name, True)
     out.append(2)  # one partition
-    if len(_ONE_HEADS) >= _ONE_HEADS_MAX:
-        _ONE_HEADS.clear()
-    head = _ONE_HEADS[name] = bytes(out)
-    return head
+    offset = len(out)
+    out += bytes(_PARTITION_V5.size)
+    out += _ONE_TAIL
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    if len(_ONE_FRAMES) >= _ONE_FRAMES_MAX:
+        _ONE_FRAMES.clear()
+    frame = _ONE_FRAMES[name] = (bytes(out), offset)
+    return frame
 
 
 def encode_response(version: int, correlation_id: int,
@@ -228,17 +236,13 @@ def encode_response(version: int, correlation_id: int,
     if flexible and len(topics) == 1:
         name, partitions = topics[0]
         if len(partitions) == 1 and partitions[0].error_message is None:
-            head = _ONE_HEADS.get(name)
-            if head is None:
-                head = _one_head(name)
-            index, error_code, base_offset, log_append_time_ms, log_start_offset, _ = \
-                partitions[0]
-            out = bytearray(9)  # size, correlation id, no header tagged fields
-            out += head
-            out += _PARTITION_V5.pack(index, error_code, base_offset, log_append_time_ms,
-                                      log_start_offset)
-            out += _ONE_TAIL
-            _SIZE_CORRELATION.pack_into(out, 0, len(out) - 4, correlation_id)
+            frame = _ONE_FRAMES.get(name)
+            if frame is None:
+                frame = _one_frame(name)
+            template, offset = frame
+            out = bytearray(template)
+            _CORRELATION.pack_into(out, 4, correlation_id)
+            _PARTITION_V5.pack_into(out, offset, *partitions[0][:5])
             return out
     out = bytearray(8)
     if flexible:

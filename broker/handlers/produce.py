@@ -110,6 +110,8 @@ _NOT_VERIFIED = dict.fromkeys((Error.CONCURRENT_TRANSACTIONS, Error.NETWORK_EXCE
                                Error.NOT_COORDINATOR), Error.NOT_ENOUGH_REPLICAS)
 # per producer id, the v12 request adding partitions right now (later ones wait for it)
 _ORDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PartitionResult = produce_fast.PartitionResult
+_tuple_new = tuple.__new__  # what the named tuple's __new__ calls, without its frame
 # errors after which Kafka reports log_start_offset -1 (UNKNOWN_LOG_APPEND_INFO)
 _NO_LOG_START = frozenset({Error.UNKNOWN_TOPIC_OR_PARTITION, Error.NOT_LEADER_OR_FOLLOWER,
                            Error.MESSAGE_TOO_LARGE, Error.RECORD_LIST_TOO_LARGE,
@@ -347,8 +349,8 @@ class FastProduce:
     def appended(self, broker, position: int, topic: str, index: int, plog, records,
                  header: BatchHeader, result, acks_all: bool) -> None:
         partitions = self.results[position][1]
-        partitions.append(produce_fast.PartitionResult(
-            index, 0, result.base_offset, result.log_append_time, result.log_start_offset, None))
+        partitions.append(_tuple_new(_PartitionResult, (  # PartitionResult(...), no frame
+            index, 0, result.base_offset, result.log_append_time, result.log_start_offset, None)))
         if not result.duplicate:
             topic_in = broker.metrics.topic_in  # topic -> [bytes, records]
             counts = topic_in.get(topic)
@@ -449,8 +451,12 @@ class _OneWait:
         if timeout is not None:
             self.timeout = None
             del timeout[self]
-        if not self.result.done():
-            _set_answer(self.result, self.answer)
+        result = self.result
+        if not result.done():
+            try:  # _set_answer, inline
+                result.set_result(self.answer())
+            except Exception as e:  # noqa: BLE001 - a fault of ours, for the connection
+                result.set_exception(e)
 
     def set_exception(self, exc: BaseException) -> None:
         """The fsync covering the records failed (or the log was truncated or closed)."""
@@ -541,8 +547,15 @@ def fast_path(broker, frame: memoryview, version: int) -> FastProduce | None:
             records = partition.records
             if plog is None:
                 return None
-            header, error, _ = _first_batch(records, version)
-            if error or (header.compression and header.size > _FAST_COMPRESSED):
+            # _first_batch's checks, inline (parse never gives null records); any error
+            # takes the full path, which reports it
+            size = len(records)
+            if size < HEADER_SIZE:
+                return None
+            header = read_header(records, 0)
+            if (header.magic != MAGIC or 0 < header.size < size
+                    or (header.compression and (header.size > _FAST_COMPRESSED
+                                                or (version < 7 and header.compression == ZSTD)))):
                 return None  # (a large compressed batch may need a worker thread)
             if header.is_transactional:
                 key = (header.producer_id, header.producer_epoch)
