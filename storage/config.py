@@ -46,7 +46,10 @@ def config_class(cls: type[_T]) -> type[_T]:
     broker's start (issue 18; bench/bench_startup.py --callgrind). Same behaviour as the generated methods:
     defaults and default factories, the fields' ``compare``/``hash``/``repr`` flags, equality
     only with the same class, FrozenInstanceError on assignment."""
-    cls = dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)(cls)
+    # frozen=False: dataclass would compile __setattr__/__delattr__ from source too (~1 M
+    # instructions a class); the frozen behaviour and the pickling state a frozen slots class
+    # needs are the functions below instead
+    cls = dataclass(slots=True, init=False, repr=False, eq=False)(cls)
     fields = dataclasses.fields(cls)
     missing = dataclasses.MISSING
     qualname = cls.__qualname__
@@ -95,7 +98,30 @@ def config_class(cls: type[_T]) -> type[_T]:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
         return f"{self.__class__.__qualname__}({inner})"
 
-    for method in (__init__, __eq__, __hash__, __repr__):
+    field_names = frozenset(f.name for f in fields)
+    frozen_error = dataclasses.FrozenInstanceError
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if type(self) is cls or name in field_names:
+            raise frozen_error(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if type(self) is cls or name in field_names:
+            raise frozen_error(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    all_names = tuple(f.name for f in fields)
+
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, name) for name in all_names]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for name, value in zip(all_names, state, strict=False):
+            set_field(self, name, value)
+
+    for method in (__init__, __eq__, __hash__, __repr__, __setattr__, __delattr__, __getstate__,
+                   __setstate__):
         method.__qualname__ = f"{qualname}.{method.__name__}"
         setattr(cls, method.__name__, method)
     return cls
