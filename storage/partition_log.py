@@ -121,6 +121,7 @@ log = logging.getLogger("storage.partition_log")
 NO_TIMESTAMP = -1
 _INT32_MAX = 2**31 - 1
 _LENGTH = struct.Struct(">i")
+_tuple_new = tuple.__new__
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 ORIGINS = ("client", "coordinator", "replication")
 
@@ -591,12 +592,17 @@ class PartitionLog:
         segment = self._segments[-1]
         if self._should_roll(segment, size, batch_max, last, now):
             segment = self.roll()
-        self._write(segment, records, (AppendedBatch(size, last, batch_max),))
+        try:  # _write(segment, records, [AppendedBatch(size, last, batch_max)]), inline
+            segment.append_batch(records, last, batch_max)
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
         self._log_end_offset = last + 1
         if batch is not None:
             producer_state.apply_in_sequence_append(entry, batch)
         self._appended(segment, last + 1)
-        return AppendResult(offset, last, NO_TIMESTAMP, self.log_start_offset)
+        # AppendResult(offset, last, NO_TIMESTAMP, log_start_offset), without the named
+        # tuple's Python __new__
+        return _tuple_new(AppendResult, (offset, last, NO_TIMESTAMP, self.log_start_offset, False))
 
     def _write(
         self, segment: LogSegment, buf: bytearray | memoryview, batches
@@ -606,17 +612,22 @@ class PartitionLog:
         writes. Both raise KAFKA_STORAGE_ERROR."""
         try:
             segment.append(buf, batches)
-        except SegmentRollbackError as exc:
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
+
+    def _write_failed(self, exc: OSError) -> KafkaError:
+        """The KAFKA_STORAGE_ERROR for a failed write into the active segment; offline for
+        writes when the segment could not undo it."""
+        if isinstance(exc, SegmentRollbackError):
             self.offline = True
             log.error(
                 "%s: append failed and could not be undone; offline for writes: %s",
                 self.topic_partition,
                 exc,
             )
-            raise self._storage_error("append", exc) from exc
-        except OSError as exc:
+        else:
             log.warning("%s: append failed, log unchanged: %s", self.topic_partition, exc)
-            raise self._storage_error("append", exc) from exc
+        return self._storage_error("append", exc)
 
     def _appended(self, segment: LogSegment, log_end: int) -> None:
         """After an append's write and its producer state: the producer state's map end,

@@ -350,23 +350,75 @@ class LogSegment:
                 self._bytes_since_last_index_entry += batch.size
             self._next_offset = batches[-1].last_offset + 1
         except OSError as exc:
-            (
-                self._bytes_since_last_index_entry,
-                self._max_timestamp,
-                self._offset_of_max_timestamp,
-                self._next_offset,
-                self._rolling_based_timestamp,
-            ) = saved
-            try:
-                self._file().truncate(start)
-                self.size = start
-                self.offset_index.truncate_entries(index_entries)
-                self.time_index.truncate_entries(time_entries)
-            except OSError as undo_exc:
-                raise SegmentRollbackError(
-                    undo_exc.errno, f"append failed ({exc}) and could not be undone: {undo_exc}"
-                ) from exc
+            self._undo_append(exc, start, index_entries, time_entries, saved)
             raise
+
+    def append_batch(
+        self, data: bytearray | memoryview, last_offset: int, max_timestamp: int
+    ) -> None:
+        """``append(data, [AppendedBatch(len(data), last_offset, max_timestamp)])``: one
+        batch, without the per-append objects (the produce path's common case); the same
+        write, index entries and undo."""
+        start = self.size
+        index_entries = self.offset_index.entries
+        time_entries = self.time_index.entries
+        since_index = self._bytes_since_last_index_entry
+        saved = (
+            since_index,
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+            self._next_offset,
+            self._rolling_based_timestamp,
+        )
+        size = len(data)
+        try:
+            handle = self._log
+            if handle is None or handle.fd < 0:  # _file(), one call less per append
+                handle = self._file()
+            handle.pwrite(data, start)
+            self.size = start + size
+            if start == 0:
+                self._rolling_based_timestamp = max_timestamp
+            if max_timestamp > self._max_timestamp:
+                self._max_timestamp = max_timestamp
+                self._offset_of_max_timestamp = last_offset
+            if since_index > self.index_interval_bytes:
+                self.offset_index.append(last_offset, start)
+                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                self._bytes_since_last_index_entry = size
+            else:
+                self._bytes_since_last_index_entry = since_index + size
+            self._next_offset = last_offset + 1
+        except OSError as exc:
+            self._undo_append(exc, start, index_entries, time_entries, saved)
+            raise
+
+    def _undo_append(
+        self,
+        exc: OSError,
+        start: int,
+        index_entries: int,
+        time_entries: int,
+        saved: tuple[int, int, int, int, int | None],
+    ) -> None:
+        """Put the segment back as it was before a failed append (file, indexes, cached
+        values); SegmentRollbackError when that fails too."""
+        (
+            self._bytes_since_last_index_entry,
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+            self._next_offset,
+            self._rolling_based_timestamp,
+        ) = saved
+        try:
+            self._file().truncate(start)
+            self.size = start
+            self.offset_index.truncate_entries(index_entries)
+            self.time_index.truncate_entries(time_entries)
+        except OSError as undo_exc:
+            raise SegmentRollbackError(
+                undo_exc.errno, f"append failed ({exc}) and could not be undone: {undo_exc}"
+            ) from exc
 
     def update_txn_index(
         self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int

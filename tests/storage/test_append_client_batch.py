@@ -7,14 +7,16 @@ is_valid_client_batch against validate_batches on mutated batches."""
 
 from __future__ import annotations
 
+import errno
 import random
 
 import pytest
 
-from semel.protocol.errors import KafkaError
+from semel.protocol.errors import Error, KafkaError
 from semel.protocol.records import BatchHeader, build_batch, is_valid_client_batch, validate_batches
 from semel.protocol.records import InvalidRecordError as RecordsError
 from semel.storage.config import LogConfig
+from semel.storage.fs import FaultyFileSystem
 from tests.storage.log_helpers import FakeClock, open_log, read_all
 
 NOW = 1_700_000_000_000
@@ -123,3 +125,92 @@ def test_validity_matches_validate_batches() -> None:
         except RecordsError:
             expected = False
         assert is_valid_client_batch(view, BatchHeader(view, 0)) == expected
+
+
+def _bookkeeping(plog, calls: dict[str, int]) -> tuple:
+    state = plog.producer_state
+    return (plog.log_end_offset, plog.high_watermark, plog._hw_position[1],
+            sorted((key, value[1]) for key, value in plog._unflushed.items()),
+            plog._flush_asked, state.map_end_offset, dict(calls),
+            {pid: (e.producer_epoch, e.coordinator_epoch, e.current_txn_first_offset,
+                   e.last_timestamp, [repr(b) for b in e.batch_metadata])
+             for pid, e in state.producers.items()})
+
+
+@pytest.mark.parametrize("durable", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_fused_append_bookkeeping_matches_the_full_one(tmp_path, seed: int,
+                                                       durable: bool) -> None:
+    """After every append: high watermark (flush none) or the flusher's marks and the
+    dirty listener's calls (durable), the high-watermark listener's calls, the producer
+    state's map end and every field of every producer entry; small segments, so appends
+    also roll."""
+    rng = random.Random(seed)
+    clock = FakeClock()
+    clock.now_ms = NOW
+    config = LogConfig(segment_bytes=3000)
+    logs = []
+    for name in ("fused", "full"):
+        plog = open_log(tmp_path / name, config, clock=clock, durable=durable)
+        calls = {"dirty": 0, "high_watermark": 0}
+
+        def dirty(_plog, calls=calls):
+            calls["dirty"] += 1
+            _plog._flush_asked = True  # as the flusher's listener does
+
+        def high_watermark(_plog, calls=calls):
+            calls["high_watermark"] += 1
+
+        plog.dirty_listener = dirty
+        plog.high_watermark_listener = high_watermark
+        logs.append((plog, calls))
+    (fused, fused_calls), (full, full_calls) = logs
+    taken = 0
+    for data in _batches(rng, 80):
+        got, by_fused = _append(fused, data, True)
+        expected, _ = _append(full, data, False)
+        assert got == expected
+        assert _bookkeeping(fused, fused_calls) == _bookkeeping(full, full_calls)
+        taken += by_fused
+        if rng.random() < 0.2:  # a flush round begins: the next append marks again
+            fused._flush_asked = full._flush_asked = False
+            fused._unflushed.clear()
+            full._unflushed.clear()
+    assert taken > 0
+    assert len(fused._segments) > 1  # the appends rolled
+    assert read_all(fused) == read_all(full)
+
+
+def test_fused_append_write_failures(tmp_path) -> None:
+    """A failed write in the fused append: KAFKA_STORAGE_ERROR with the log, its producer
+    state and high watermark unchanged; when the segment cannot undo it either, the
+    partition goes offline for writes."""
+    fs = FaultyFileSystem()
+    clock = FakeClock()
+    clock.now_ms = NOW
+    plog = open_log(tmp_path, fs=fs, clock=clock)
+
+    def batch(sequence: int) -> memoryview:
+        return memoryview(bytearray(build_batch([(b"k", b"v" * 10, None, NOW)], producer_id=9,
+                                                producer_epoch=0, base_sequence=sequence)))
+
+    assert _append(plog, bytes(batch(0)), True)[1] is False  # a new producer: the full way
+    assert _append(plog, bytes(batch(1)), True)[1] is True
+    before = (read_all(plog), plog.log_end_offset, plog.high_watermark,
+              repr(list(plog.producer_state.producers[9].batch_metadata)))
+    fs.write_error, fs.write_error_after = errno.ENOSPC, 20
+    records = batch(2)
+    with pytest.raises(KafkaError) as info:
+        plog.append_client_batch(records, BatchHeader(records, 0), 1 << 20)
+    assert info.value.code == Error.KAFKA_STORAGE_ERROR and not plog.offline
+    assert (read_all(plog), plog.log_end_offset, plog.high_watermark,
+            repr(list(plog.producer_state.producers[9].batch_metadata))) == before
+    fs.clear_faults()
+    assert _append(plog, bytes(batch(2)), True) == (("ok", (2, 2, -1, 0, False)), True)
+    fs.write_error, fs.write_error_after, fs.truncate_error = errno.EIO, 20, errno.EIO
+    records = batch(3)
+    with pytest.raises(KafkaError) as info:
+        plog.append_client_batch(records, BatchHeader(records, 0), 1 << 20)
+    assert info.value.code == Error.KAFKA_STORAGE_ERROR and plog.offline
+    fs.clear_faults()
+    assert _append(plog, bytes(batch(3)), True)[0][:2] == ("error", Error.KAFKA_STORAGE_ERROR)
