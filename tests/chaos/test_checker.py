@@ -249,6 +249,38 @@ def test_undecided_read_below_lso_before_the_transaction_ended():
     only(h.check(), "undecided_read")
 
 
+def test_data_the_broker_aborted_below_lso_before_the_producer_ended_it_is_fine():
+    """The coordinator aborted the transaction (past transaction.timeout.ms, say: a client
+    hung across a restart) before the producer's own abort: the LSO passed its ABORT marker,
+    the read is right (long-mixed seed 81178, session 13)."""
+    h = clean()
+    h.ev("w2", "info", "begin", txn="x9", producer="tx1")
+    h.send("u", partition=0, offset=7, producer="tx1", p="w2", txn="x9")
+    h.ev("lso", "ok", "lso", topic="t", partition=0, lso=9, hw=9,
+         batches=[[7, 7, 9, True, False], [8, 8, 9, True, True]])
+    h.ev("w2", "invoke", "abort", txn="x9", producer="tx1")
+    h.ev("w2", "ok", "abort", txn="x9", producer="tx1")
+    h.data(T0, 7, "u", "x9", pid=9)
+    h.marker(T0, 8, 9, control="ABORT")
+    h.committed_from_log()
+    assert h.check().ok
+
+
+def test_data_the_broker_committed_below_lso_before_the_producer_ended_it():
+    """The same read with a COMMIT marker: committed before the producer asked."""
+    h = clean()
+    h.ev("w2", "info", "begin", txn="x9", producer="tx1")
+    h.send("u", partition=0, offset=7, producer="tx1", p="w2", txn="x9")
+    h.ev("lso", "ok", "lso", topic="t", partition=0, lso=9, hw=9,
+         batches=[[7, 7, 9, True, False], [8, 8, 9, True, True]])
+    h.ev("w2", "invoke", "commit", txn="x9", producer="tx1", writes=[["t", "u"]])
+    h.ev("w2", "ok", "commit", txn="x9", producer="tx1")
+    h.data(T0, 7, "u", "x9", pid=9)
+    h.marker(T0, 8, 9)
+    h.committed_from_log()
+    only(h.check(), "undecided_read")
+
+
 def test_decided_data_below_lso_with_its_marker_above_is_fine():
     """Another transaction still open keeps the LSO below a decided one's marker."""
     h = clean()
