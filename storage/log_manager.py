@@ -761,26 +761,16 @@ class LogManager:
         slow = []
         epoch = self._round_epoch
         for plog, job in jobs:
-            if job.handles is not None and self._aio_usable:
-                aio = self._aio_context()
-                if aio is not None:
-                    self._round_left += 1
-                    try:
-                        if self.fs.fsync_async_then(
-                            job.handles, aio, functools.partial(self._job_done, plog, job, epoch)
-                        ):
-                            continue
-                    except AioUnsupported:
-                        log.info("the kernel refuses AIO fdatasync: flushing in a thread")
-                        self._aio_usable = False
-                    except OSError as exc:  # not queued (EAGAIN, say): nothing synced, no fault
-                        log.warning("%s: AIO fdatasync not queued (%s): flushing in a thread",
-                                    plog.topic_partition, exc)
-                    except Exception as exc:  # a bug: fail the job rather than stall rounds
-                        log.exception("flush round failed")
-                        self._job_done(plog, job, epoch, exc)
-                        continue
-                    self._round_left -= 1
+            self._round_left += 1  # before the start: its callback may come at once
+            done = functools.partial(self._job_done, plog, job, epoch)
+            try:
+                if self._aio_start(plog, job, done):
+                    continue
+            except Exception as exc:  # a bug: fail the job rather than stall rounds
+                log.exception("flush round failed")
+                self._job_done(plog, job, epoch, exc)
+                continue
+            self._round_left -= 1
             slow.append((plog, job))
         if slow:
             self._round_left += 1
@@ -880,25 +870,40 @@ class LogManager:
             self._aio_usable = aio is not None
         return aio
 
+    def _aio_start(self, plog: PartitionLog, job: FlushJob,
+                   done: Callable[[BaseException | None], object] | None = None) -> asyncio.Future | bool | None:
+        """Start ``job``'s fsyncs through native AIO where it can take them: with ``done``,
+        `FileSystem.fsync_async_then` (True once started), else `FileSystem.fsync_async` (a
+        future). None or False: nothing started, the job goes to a thread (a job with other
+        than log files, no context, the kernel refusing FDSYNC - then never again - or no
+        room). Raises what else the file system raises."""
+        if job.handles is None or not self._aio_usable:
+            return None
+        aio = self._aio_context()
+        if aio is None:
+            return None
+        try:
+            if done is None:
+                return self.fs.fsync_async(job.handles, aio)
+            return self.fs.fsync_async_then(job.handles, aio, done)
+        except AioUnsupported:
+            log.info("the kernel refuses AIO fdatasync: flushing in a thread")
+            self._aio_usable = False
+        except OSError as exc:  # not queued (EAGAIN, say): nothing synced, no fault
+            log.warning("%s: AIO fdatasync not queued (%s): flushing in a thread",
+                        plog.topic_partition, exc)
+        return None
+
     def _start_job(self, plog: PartitionLog, job: FlushJob, alone: bool,
                    aio: bool = True) -> asyncio.Future:
         """Start the fsyncs of one partition's round: a job of log files only through native
         AIO where the kernel offers it and ``aio`` (no thread at all), else in a thread -
         the fsync thread for a round's only job, the executor's threads for one of several
         (they run in parallel). The future fails with the fsync's error."""
-        if aio and job.handles is not None and self._aio_usable:
-            context = self._aio_context()
-            if context is not None:
-                try:
-                    future = self.fs.fsync_async(job.handles, context)
-                    if future is not None:
-                        return future
-                except AioUnsupported:
-                    log.info("the kernel refuses AIO fdatasync: flushing in a thread")
-                    self._aio_usable = False
-                except OSError as exc:  # not queued (EAGAIN, say): nothing synced, no fault
-                    log.warning("%s: AIO fdatasync not queued (%s): flushing in a thread",
-                                plog.topic_partition, exc)
+        if aio:
+            future = self._aio_start(plog, job)
+            if future is not None:
+                return future
         if alone:
             return self._sync_thread.submit(plog.run_flush, job)
         return self._loop.run_in_executor(self._executor, plog.run_flush, job)
