@@ -40,8 +40,7 @@ from pathlib import Path
 READY = re.compile(rb"ready on (\S+):(\d+)")
 _TOTALS = re.compile(rb"^(?:totals|summary):\s*(\d+)", re.MULTILINE)
 
-# ``python -m semel.broker`` that ends its process once the ready line is written (--callgrind)
-LAUNCHER = """
+_LAUNCHER = """
 import os, runpy, sys
 
 class Out:
@@ -50,8 +49,7 @@ class Out:
     def write(self, text):
         self.out.write(text)
         if text.startswith("semel ready on "):
-            self.out.flush()
-            os._exit(0)
+AT_READY
         return len(text)
     def flush(self):
         self.out.flush()
@@ -60,6 +58,18 @@ sys.stdout = Out(sys.stdout)
 sys.argv[0] = "semel.broker"
 runpy.run_module("semel.broker", run_name="__main__", alter_sys=True)
 """
+
+
+def launcher_source(*at_ready: str) -> str:
+    """Source for ``python -c SOURCE serve ...``: ``python -m semel.broker`` as ``-m`` runs it
+    (runpy), its stdout wrapped so that the statements ``at_ready`` run once the ready line is
+    written (``self.out``: the real stdout; ``os`` and ``sys`` are imported). The broker has no
+    such code path. tests/broker/test_startup_imports.py uses it too."""
+    return _LAUNCHER.replace("AT_READY", "\n".join(" " * 12 + line for line in at_ready))
+
+
+# ends the process once the ready line is written (--callgrind: nothing after ready counted)
+LAUNCHER = launcher_source("self.out.flush()", "os._exit(0)")
 
 
 def _command(data_dir: str, *extra: str, launcher: tuple[str, ...] = ("-m", "semel.broker"),

@@ -5,7 +5,6 @@ flight and resumes after; idle connections are closed after connections.max.idle
 from __future__ import annotations
 
 import threading
-import time
 
 from semel.broker.testing import BrokerThread
 from tests.kafka_wire import (
@@ -16,15 +15,7 @@ from tests.kafka_wire import (
     produce_request,
     records_batch,
 )
-
-
-def wait_for(predicate, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
+from tests.waiting import wait_for
 
 
 def test_reading_pauses_above_pending_bytes_and_resumes(tmp_path) -> None:

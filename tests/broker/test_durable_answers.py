@@ -6,6 +6,8 @@ disk holds, and a connection closed while its requests wait: nothing is left beh
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from semel.broker.testing import BrokerThread
 from semel.protocol.errors import Error
@@ -37,6 +39,35 @@ def wait_settled(broker_thread: BrokerThread, topic: str) -> None:
     while not settled(broker_thread, topic):
         assert time.monotonic() < deadline, "requests still in flight"
         time.sleep(0.01)
+
+
+@contextmanager
+def three_held(tmp_path, topic: str, timeout_ms: int = 30_000,
+               ) -> Iterator[tuple[BrokerThread, HeldFsyncs, KafkaWire]]:
+    """A durable broker whose fsyncs of ``topic``-0 are held, and a connection that sent three
+    acks=all requests for it, waiting for the disk (the held round has started)."""
+    fs = HeldFsyncs()
+    with BrokerThread(tmp_path / "d", {"log.flush.mode": "fsync"}, fs=fs) as b:
+        make_topic(b, topic)
+        fs.hold = f"{topic}-0"
+        w = KafkaWire.connect(b.bootstrap)
+        for i in range(3):
+            send_produce(w, topic, b"v%d" % i, timeout_ms=timeout_ms)
+        assert fs.held.wait(30)
+        yield b, fs, w
+
+
+def close_then_release(b: BrokerThread, fs: HeldFsyncs, w: KafkaWire, topic: str) -> None:
+    """Closes the connection, waits for the broker to drop it, then lets the held fsyncs go
+    and waits until nothing of the requests is left."""
+    w.close()
+    deadline = time.monotonic() + 30
+    while b.broker.connections:
+        assert time.monotonic() < deadline, "the connection was not dropped"
+        time.sleep(0.01)
+    fs.hold = None
+    fs.release.set()
+    wait_settled(b, topic)
 
 
 def test_pipelined_acks_all_answers_in_order(tmp_path):
@@ -74,22 +105,8 @@ def test_timeout_while_the_disk_holds_then_the_data_stays(tmp_path):
 
 
 def test_connection_closed_while_its_requests_wait(tmp_path):
-    fs = HeldFsyncs()
-    with BrokerThread(tmp_path / "d", {"log.flush.mode": "fsync"}, fs=fs) as b:
-        make_topic(b, "gone")
-        fs.hold = "gone-0"
-        w = KafkaWire.connect(b.bootstrap)
-        for i in range(3):
-            send_produce(w, "gone", b"v%d" % i)
-        assert fs.held.wait(30)
-        w.close()
-        deadline = time.monotonic() + 30
-        while b.broker.connections:
-            assert time.monotonic() < deadline, "the connection was not dropped"
-            time.sleep(0.01)
-        fs.hold = None
-        fs.release.set()
-        wait_settled(b, "gone")
+    with three_held(tmp_path, "gone") as (b, fs, w):
+        close_then_release(b, fs, w, "gone")
         with KafkaWire.connect(b.bootstrap) as w:
             send_produce(w, "gone", b"after")
             part = w.receive().responses[0].partition_responses[0]
@@ -100,15 +117,7 @@ def test_one_partition_waits_without_a_future_and_leaves_no_timer(tmp_path):
     """A request for one partition waits as the log's own waiter (no future, no countdown
     per request); when its connection closed meanwhile, the log's answer still stops the
     request's timeout (nothing of the request is kept until the timeout)."""
-    fs = HeldFsyncs()
-    with BrokerThread(tmp_path / "d", {"log.flush.mode": "fsync"}, fs=fs) as b:
-        make_topic(b, "one")
-        fs.hold = "one-0"
-        w = KafkaWire.connect(b.bootstrap)
-        for i in range(3):
-            send_produce(w, "one", b"v%d" % i, timeout_ms=600_000)
-        assert fs.held.wait(30)
-
+    with three_held(tmp_path, "one", timeout_ms=600_000) as (b, fs, w):
         async def waiters():
             return [waiter for _, _, waiter in
                     b.broker.log_manager.get_partition("one", 0)._waiters]
@@ -119,13 +128,7 @@ def test_one_partition_waits_without_a_future_and_leaves_no_timer(tmp_path):
             time.sleep(0.01)
         assert all(waiter.__class__.__name__ == "_OneWait" for waiter in found)
         assert all(waiter.timeout is not None for waiter in found)
-        w.close()
-        while b.broker.connections:
-            assert time.monotonic() < deadline, "the connection was not dropped"
-            time.sleep(0.01)
-        fs.hold = None
-        fs.release.set()
-        wait_settled(b, "one")
+        close_then_release(b, fs, w, "one")
         assert all(waiter.timeout is None and waiter.result.cancelled() for waiter in found)
 
 

@@ -7,22 +7,12 @@ bucket)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from semel.broker.metrics import LATENCY_BUCKETS, BrokerMetrics, _Histogram
 from semel.broker.testing import BrokerThread
 from tests.kafka_wire import PRODUCE, KafkaWire, make_topic, produce_request, records_batch
-
-
-def wait_for(predicate, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
+from tests.waiting import wait_for
 
 
 @pytest.mark.parametrize("flush_mode", ["none", "fsync"])

@@ -17,7 +17,6 @@ import os
 import random
 import socket
 import ssl
-import time
 from collections import deque
 
 import pytest
@@ -41,18 +40,10 @@ from tests.kafka_wire import (
     produce_request,
     records_batch,
 )
+from tests.waiting import wait_for
 
 FETCH_VERSION = 12
 BIG_VALUE = 60_000  # 15 of them: a batch of ~900 KB
-
-
-def wait_for(predicate, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 @pytest.fixture(params=["uvloop", "asyncio"])

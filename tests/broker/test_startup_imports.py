@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.bench_startup import launcher_source
 from semel.broker.cli import _parser, _run_serve, _serve, _serve_arguments
 from semel.broker.config import load_config
 from semel.broker.server import listening_socket
@@ -37,24 +38,7 @@ IMPORTED = re.compile(r"import time:\s+\d+ \|\s+\d+ \| +(\S+)")
 
 # ``python -m semel.broker serve`` whose stdout also lists sys.modules right after the ready
 # line (-X importtime cannot: it misses modules loaded by importlib.import_module)
-CHILD = """
-import sys
-from semel.broker.cli import main
-
-class Out:
-    def __init__(self, out):
-        self.out = out
-    def write(self, text):
-        self.out.write(text)
-        if text.startswith("semel ready on "):
-            self.out.write("\\nmodules at ready: " + " ".join(sorted(sys.modules)))
-        return len(text)
-    def flush(self):
-        self.out.flush()
-
-sys.stdout = Out(sys.stdout)
-sys.exit(main(sys.argv[1:]))
-"""
+CHILD = launcher_source(r'self.out.write("\nmodules at ready: " + " ".join(sorted(sys.modules)))')
 
 # loaded on first use, never at start (none of these features is configured or used)
 DEFERRED = (

@@ -52,8 +52,13 @@ class H:
         for value, partition, offset, *key in writes:
             self.send(value, topic=topic, partition=partition, offset=offset, producer=producer,
                       p=p, txn=txn, key=key[0] if key else None)
-        if outcome == "open":
-            return
+        if outcome != "open":
+            self.end(txn, writes, outcome=outcome, producer=producer, p=p, topic=topic)
+
+    def end(self, txn: str, writes: list[tuple], *, outcome: str = "commit",
+            producer: str = "tx1", p: str = "w2", topic: str = "t") -> None:
+        """The producer's end of ``txn`` (begun by ``txn(..., outcome="open")``): outcome
+        commit | abort | commit-unknown."""
         if outcome == "abort":
             self.ev(p, "invoke", "abort", txn=txn, producer=producer)
             self.ev(p, "ok", "abort", txn=txn, producer=producer)
@@ -120,6 +125,20 @@ def clean() -> H:
     h.poll([("t", 0, 6, "h", None)])
     h.committed_from_log()
     return h
+
+
+def x9_begun(h: H) -> None:
+    """Transaction x9 of producer tx1 begun, "u" written to t-0 at offset 7."""
+    h.txn("x9", [("u", 0, 7)], outcome="open")
+
+
+def x9_ended(h: H, outcome: str = "commit") -> None:
+    """x9's producer ends it (commit or abort); its data and marker (pid 9) are in the log and
+    the client's final read is what the log implies."""
+    h.end("x9", [("u", 0, 7)], outcome=outcome)
+    h.data(T0, 7, "u", "x9", pid=9)
+    h.marker(T0, 8, 9, control="ABORT" if outcome == "abort" else "COMMIT")
+    h.committed_from_log()
 
 
 def only(report, kind: str) -> None:
@@ -215,14 +234,9 @@ def test_aborted_transaction_committed_in_the_log():
 
 def test_undecided_read_before_commit_was_requested():
     h = clean()
-    h.ev("w2", "info", "begin", txn="x9", producer="tx1")
-    h.send("u", partition=0, offset=7, producer="tx1", p="w2", txn="x9")
+    x9_begun(h)
     h.poll([("t", 0, 7, "u", "x9")], c="c3")  # before the commit invoke
-    h.ev("w2", "invoke", "commit", txn="x9", producer="tx1", writes=[["t", "u"]])
-    h.ev("w2", "ok", "commit", txn="x9", producer="tx1")
-    h.data(T0, 7, "u", "x9", pid=9)
-    h.marker(T0, 8, 9)
-    h.committed_from_log()
+    x9_ended(h)
     only(h.check(), "undecided_read")
 
 
@@ -236,16 +250,11 @@ def test_undecided_read_from_an_lso_fetch():
 
 def test_undecided_read_below_lso_before_the_transaction_ended():
     h = clean()
-    h.ev("w2", "info", "begin", txn="x9", producer="tx1")
-    h.send("u", partition=0, offset=7, producer="tx1", p="w2", txn="x9")
+    x9_begun(h)
     # the LSO passed the open transaction's data
     h.ev("lso", "ok", "lso", topic="t", partition=0, lso=8, hw=8,
          batches=[[6, 6, -1, False, False], [7, 7, 9, True, False]])
-    h.ev("w2", "invoke", "commit", txn="x9", producer="tx1", writes=[["t", "u"]])
-    h.ev("w2", "ok", "commit", txn="x9", producer="tx1")
-    h.data(T0, 7, "u", "x9", pid=9)
-    h.marker(T0, 8, 9)
-    h.committed_from_log()
+    x9_ended(h)
     only(h.check(), "undecided_read")
 
 
@@ -254,30 +263,20 @@ def test_data_the_broker_aborted_below_lso_before_the_producer_ended_it_is_fine(
     hung across a restart) before the producer's own abort: the LSO passed its ABORT marker,
     the read is right (long-mixed seed 81178, session 13)."""
     h = clean()
-    h.ev("w2", "info", "begin", txn="x9", producer="tx1")
-    h.send("u", partition=0, offset=7, producer="tx1", p="w2", txn="x9")
+    x9_begun(h)
     h.ev("lso", "ok", "lso", topic="t", partition=0, lso=9, hw=9,
          batches=[[7, 7, 9, True, False], [8, 8, 9, True, True]])
-    h.ev("w2", "invoke", "abort", txn="x9", producer="tx1")
-    h.ev("w2", "ok", "abort", txn="x9", producer="tx1")
-    h.data(T0, 7, "u", "x9", pid=9)
-    h.marker(T0, 8, 9, control="ABORT")
-    h.committed_from_log()
+    x9_ended(h, "abort")
     assert h.check().ok
 
 
 def test_data_the_broker_committed_below_lso_before_the_producer_ended_it():
     """The same read with a COMMIT marker: committed before the producer asked."""
     h = clean()
-    h.ev("w2", "info", "begin", txn="x9", producer="tx1")
-    h.send("u", partition=0, offset=7, producer="tx1", p="w2", txn="x9")
+    x9_begun(h)
     h.ev("lso", "ok", "lso", topic="t", partition=0, lso=9, hw=9,
          batches=[[7, 7, 9, True, False], [8, 8, 9, True, True]])
-    h.ev("w2", "invoke", "commit", txn="x9", producer="tx1", writes=[["t", "u"]])
-    h.ev("w2", "ok", "commit", txn="x9", producer="tx1")
-    h.data(T0, 7, "u", "x9", pid=9)
-    h.marker(T0, 8, 9)
-    h.committed_from_log()
+    x9_ended(h)
     only(h.check(), "undecided_read")
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from semel.protocol.records import BatchHeader, build_batch, iter_batches, iter_records
 from semel.storage.config import LogConfig
 from semel.storage.fs import RealFileSystem
+from semel.storage.log_manager import LogManager
 from semel.storage.partition_log import PartitionLog
 from semel.storage.recovery import open_partition_log
 from semel.storage.topic_partition import TopicPartition
@@ -94,3 +95,20 @@ def read_all(plog: PartitionLog, upper_bound: int | None = None) -> bytes:
         chunks.append(data)
         offset = headers(data)[-1].next_offset
     return b"".join(chunks)
+
+
+async def started(data_dir, fs=None, flush_mode="fsync", config=None, clock=None) -> LogManager:
+    """A started LogManager on ``data_dir`` (fsync by default, a fake clock); segments of
+    4000 bytes unless ``config`` says otherwise."""
+    manager = LogManager(data_dir, default_config=config or LogConfig(segment_bytes=4000),
+                         flush_mode=flush_mode, fs=fs, clock=clock or FakeClock())
+    await manager.start()
+    return manager
+
+
+async def one_partition(data_dir, **kwargs) -> tuple[LogManager, PartitionLog]:
+    """``started(data_dir, **kwargs)`` with topic "t" of one partition made: the manager and
+    the partition's log."""
+    manager = await started(data_dir, **kwargs)
+    manager.create_topic("t", 1)
+    return manager, manager.get_partition("t", 0)

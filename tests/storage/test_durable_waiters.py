@@ -9,20 +9,12 @@ import errno
 import os
 
 import pytest
-from log_helpers import FakeClock, make_batch
+from log_helpers import make_batch, one_partition, started
 
 from semel.protocol.errors import Error, KafkaError
 from semel.storage.config import LogConfig
 from semel.storage.fs import FaultyFileSystem
-from semel.storage.log_manager import LogManager
 from semel.storage.partition_log import PartitionLog
-
-
-async def started(data_dir, fs=None, flush_mode="fsync", config=None):
-    manager = LogManager(data_dir, default_config=config or LogConfig(segment_bytes=4000),
-                         flush_mode=flush_mode, fs=fs, clock=FakeClock())
-    await manager.start()
-    return manager
 
 
 class Waiter:
@@ -42,9 +34,7 @@ class Waiter:
 
 
 async def test_own_waiter_is_resolved_by_the_round_that_covers_it(tmp_path):
-    manager = await started(tmp_path)
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path)
     first, second = Waiter(), Waiter()
     assert plog.add_durable_waiter(plog.append(make_batch(2)).next_offset, first)
     assert plog.add_durable_waiter(plog.append(make_batch(1)).next_offset, second)
@@ -60,9 +50,7 @@ async def test_own_waiter_is_resolved_by_the_round_that_covers_it(tmp_path):
 
 async def test_own_waiter_gets_the_fsync_failure(tmp_path):
     fs = FaultyFileSystem()
-    manager = await started(tmp_path, fs=fs)
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path, fs=fs)
     fs.fsync_error = errno.EIO
     waiter = Waiter()
     assert plog.add_durable_waiter(plog.append(make_batch(1)).next_offset, waiter)
@@ -86,9 +74,7 @@ async def test_one_dirty_notification_per_round(tmp_path):
     first append after a round's snapshot does, also after a failed fsync (whose segments
     wait for the next round without a notification of their own)."""
     fs = FaultyFileSystem()
-    manager = await started(tmp_path, fs=fs, config=LogConfig())
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path, fs=fs, config=LogConfig())
     told = []
     listener = plog.dirty_listener
     plog.dirty_listener = lambda p: (told.append(p.log_end_offset), listener(p))

@@ -82,6 +82,24 @@ class Waiter:
         self.outcome = exc
 
 
+def waits_for(plog, records: int) -> Waiter:
+    """Appends a batch of ``records`` and adds a waiter for it, as the produce fast path does
+    (not durable yet: the log keeps the waiter)."""
+    waiter = Waiter()
+    assert plog.add_durable_waiter(plog.append(make_batch(records)).next_offset, waiter)
+    return waiter
+
+
+async def one_waiting(tmp_path, records: int):
+    """One partition, a waiter for a batch of ``records`` appended to it, and the round that
+    covers it started: its AIO call waits for ``aio.finish(0)``."""
+    manager, aio = await started(tmp_path)
+    plog = manager.get_partition("t", 0)
+    waiter = waits_for(plog, records)
+    await turns(3)
+    return manager, aio, plog, waiter
+
+
 async def test_appends_of_the_turn_and_the_next_share_a_round(tmp_path):
     manager, aio = await started(tmp_path, 2)
     a, b = manager.get_partition("t", 0), manager.get_partition("t", 1)
@@ -104,11 +122,7 @@ async def test_appends_of_the_turn_and_the_next_share_a_round(tmp_path):
 
 async def test_the_completion_resolves_waiters_itself(tmp_path):
     """No hop of the loop between the fsync's completion and the waiters' answers."""
-    manager, aio = await started(tmp_path)
-    plog = manager.get_partition("t", 0)
-    waiter = Waiter()
-    assert plog.add_durable_waiter(plog.append(make_batch(3)).next_offset, waiter)
-    await turns(3)
+    manager, aio, plog, waiter = await one_waiting(tmp_path, 3)
     assert len(aio.calls) == 1 and waiter.outcome is None
     aio.finish(0)
     assert waiter.outcome == "durable" and plog.high_watermark == 3
@@ -116,14 +130,9 @@ async def test_the_completion_resolves_waiters_itself(tmp_path):
 
 
 async def test_a_failed_fsync_fails_its_round_and_the_next_round_runs(tmp_path):
-    manager, aio = await started(tmp_path)
-    plog = manager.get_partition("t", 0)
-    first = Waiter()
-    plog.add_durable_waiter(plog.append(make_batch(1)).next_offset, first)
-    await turns(3)
+    manager, aio, plog, _ = await one_waiting(tmp_path, 1)
     aio.finish(0)
-    failed = Waiter()
-    plog.add_durable_waiter(plog.append(make_batch(2)).next_offset, failed)
+    failed = waits_for(plog, 2)
     await turns(3)
     aio.finish(1, OSError(errno.EIO, "fdatasync: EIO"))
     assert isinstance(failed.outcome, KafkaError)
@@ -136,11 +145,7 @@ async def test_a_failed_fsync_fails_its_round_and_the_next_round_runs(tmp_path):
 
 
 async def test_close_waits_for_the_round_in_flight(tmp_path):
-    manager, aio = await started(tmp_path)
-    plog = manager.get_partition("t", 0)
-    waiter = Waiter()
-    plog.add_durable_waiter(plog.append(make_batch(2)).next_offset, waiter)
-    await turns(3)
+    manager, aio, _, waiter = await one_waiting(tmp_path, 2)
     closing = asyncio.ensure_future(manager.close())
     await turns(10)
     assert not closing.done() and waiter.outcome is None
@@ -150,11 +155,7 @@ async def test_close_waits_for_the_round_in_flight(tmp_path):
 
 
 async def test_abandon_ignores_the_round_in_flight(tmp_path):
-    manager, aio = await started(tmp_path)
-    plog = manager.get_partition("t", 0)
-    waiter = Waiter()
-    plog.add_durable_waiter(plog.append(make_batch(2)).next_offset, waiter)
-    await turns(3)
+    manager, aio, plog, waiter = await one_waiting(tmp_path, 2)
     await manager.abandon()
     aio.finish(0)  # a completion after the crash is not believed
     assert plog.high_watermark == 0

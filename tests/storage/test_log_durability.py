@@ -7,25 +7,12 @@ import asyncio
 import errno
 
 import pytest
-from log_helpers import FakeClock, make_batch, offsets, read_all, values
+from log_helpers import make_batch, offsets, one_partition, read_all, started, values
 
 from semel.protocol.errors import Error, KafkaError
 from semel.protocol.records import build_batch
 from semel.storage.config import LogConfig
 from semel.storage.fs import FaultyFileSystem
-from semel.storage.log_manager import LogManager
-
-
-async def started(data_dir, fs=None, flush_mode="fsync", config=None, clock=None):
-    manager = LogManager(
-        data_dir,
-        default_config=config or LogConfig(segment_bytes=4000),
-        flush_mode=flush_mode,
-        fs=fs,
-        clock=clock or FakeClock(),
-    )
-    await manager.start()
-    return manager
 
 
 def log_fsyncs(fs: FaultyFileSystem) -> int:
@@ -33,9 +20,7 @@ def log_fsyncs(fs: FaultyFileSystem) -> int:
 
 
 async def test_durable_high_watermark_waits_for_fsync(tmp_path):
-    manager = await started(tmp_path)
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path)
     notified = []
     manager.on_high_watermark = lambda p: notified.append(p.high_watermark)
     result = plog.append(make_batch(3))
@@ -48,9 +33,7 @@ async def test_durable_high_watermark_waits_for_fsync(tmp_path):
 
 
 async def test_flush_mode_none_exposes_appends_at_once(tmp_path):
-    manager = await started(tmp_path, flush_mode="none")
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path, flush_mode="none")
     notified = []
     manager.on_high_watermark = lambda p: notified.append(p.high_watermark)
     result = plog.append(make_batch(2))
@@ -82,9 +65,7 @@ async def test_group_commit_one_fsync_covers_many_appends(tmp_path):
 
 async def test_group_commit_under_a_stream_of_appends(tmp_path):
     fs = FaultyFileSystem()
-    manager = await started(tmp_path, fs=fs, config=LogConfig())
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path, fs=fs, config=LogConfig())
     base = log_fsyncs(fs)
 
     async def producer(i):
@@ -101,9 +82,7 @@ async def test_group_commit_under_a_stream_of_appends(tmp_path):
 
 async def test_enospc_on_append_leaves_the_log_intact(tmp_path):
     fs = FaultyFileSystem()
-    manager = await started(tmp_path, fs=fs)
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path, fs=fs)
     await plog.wait_durable(plog.append(make_batch(2, fill=1)).next_offset)
     size = plog.active_segment.size
     for torn in (0, 30):
@@ -127,9 +106,7 @@ async def test_enospc_on_append_leaves_the_log_intact(tmp_path):
 
 async def test_short_writes_are_completed(tmp_path):
     fs = FaultyFileSystem()
-    manager = await started(tmp_path, fs=fs, flush_mode="none")
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path, fs=fs, flush_mode="none")
     fs.short_write = 7
     batches = [make_batch(2, value_size=100, fill=i) for i in range(5)]
     for batch in batches:
@@ -143,9 +120,7 @@ async def test_short_writes_are_completed(tmp_path):
 
 async def test_failed_undo_takes_the_partition_offline_for_writes(tmp_path):
     fs = FaultyFileSystem()
-    manager = await started(tmp_path, fs=fs, flush_mode="none")
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path, fs=fs, flush_mode="none")
     plog.append(make_batch(1, fill=1))
     fs.write_error, fs.write_error_after, fs.truncate_error = errno.EIO, 20, errno.EIO
     with pytest.raises(KafkaError) as info:
@@ -161,9 +136,7 @@ async def test_failed_undo_takes_the_partition_offline_for_writes(tmp_path):
 
 async def test_fsync_failure_fails_waiters_and_takes_back_the_tail(tmp_path):
     fs = FaultyFileSystem()
-    manager = await started(tmp_path, fs=fs)
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path, fs=fs)
     await plog.wait_durable(plog.append(make_batch(2, fill=1)).next_offset)
     fs.fsync_error = errno.EIO
     results = [plog.append(make_batch(1, fill=2)) for _ in range(3)]
@@ -222,9 +195,7 @@ def _with_value(value: bytes) -> bytes:
 
 async def test_close_flushes_and_marks_clean(tmp_path):
     fs = FaultyFileSystem()
-    manager = await started(tmp_path, fs=fs, flush_mode="none")
-    manager.create_topic("t", 1)
-    plog = manager.get_partition("t", 0)
+    manager, plog = await one_partition(tmp_path, fs=fs, flush_mode="none")
     for _ in range(5):
         plog.append(make_batch(2))
     await manager.close()
