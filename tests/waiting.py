@@ -15,3 +15,9 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.01)
     return bool(predicate())
+
+
+def until(predicate: Callable[[], object], timeout: float = 30.0) -> None:
+    """``wait_for`` that fails the test (AssertionError) if ``predicate()`` never became true."""
+    if not wait_for(predicate, timeout):
+        raise AssertionError("condition not reached")

@@ -8,14 +8,13 @@ One in-process broker for the module; every test uses its own transactional id a
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from semel.broker.testing import BrokerThread
 from semel.protocol.errors import Error
 from semel.protocol.records import ControlType, iter_batches, iter_records, parse_control_record
 from tests.kafka_wire import FETCH, KafkaWire, fetch_request, make_topic, message
+from tests.waiting import until
 
 API_VERSIONS, INIT_PRODUCER_ID = 18, 22
 ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 24, 25, 26
@@ -70,13 +69,6 @@ def list_txns(wire, version=2, **filters):
                         message(LIST_TRANSACTIONS, "request", **filters))
 
 
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.01)
-
 
 def control_markers(wire, topic, partition=0):
     response = wire.request(FETCH, 12, fetch_request([(topic, partition, 0)]))
@@ -118,7 +110,7 @@ def test_commit_over_the_wire_writes_markers(shared_broker, wire):
     assert {t.topic: sorted(t.partitions) for t in d.topics}["txn-commit"] == [0, 1]
     assert "__consumer_offsets" in {t.topic for t in d.topics}
     assert end_txn(wire, "wire-commit", pid, epoch, True).error_code == Error.NONE
-    wait_for(lambda: describe(wire, "wire-commit")["wire-commit"].transaction_state
+    until(lambda: describe(wire, "wire-commit")["wire-commit"].transaction_state
              == "CompleteCommit")
     for p in (0, 1):
         assert control_markers(wire, "txn-commit", p) == [(pid, epoch, ControlType.COMMIT, 0)]
@@ -173,7 +165,7 @@ def test_init_during_a_transaction_aborts_it(shared_broker, wire):
                           {"txn-init-abort": [0]}) == {("txn-init-abort", 0): Error.NONE}
     second = init(wire, "wire-reinit")
     assert second.error_code == Error.CONCURRENT_TRANSACTIONS
-    wait_for(lambda: init(wire, "wire-reinit").error_code == Error.NONE)
+    until(lambda: init(wire, "wire-reinit").error_code == Error.NONE)
     assert control_markers(wire, "txn-init-abort") == [
         (first.producer_id, first.producer_epoch + 1, ControlType.ABORT, 0)]
     assert init(wire, "wire-reinit", timeout_ms=10**9).error_code == \
@@ -215,7 +207,7 @@ def test_batched_add_and_verify(shared_broker, wire):
     result = end_txn(wire, "wire-batch-b", b.producer_id, b.producer_epoch, True, version=5)
     assert (result.error_code, result.producer_id, result.producer_epoch) == (
         Error.NONE, b.producer_id, b.producer_epoch + 1)
-    wait_for(lambda: control_markers(wire, "txn-batch", 1) != [])
+    until(lambda: control_markers(wire, "txn-batch", 1) != [])
     assert control_markers(wire, "txn-batch", 1) == [
         (b.producer_id, b.producer_epoch + 1, ControlType.COMMIT, 0)]
     retry = end_txn(wire, "wire-batch-b", b.producer_id, b.producer_epoch, True, version=5)

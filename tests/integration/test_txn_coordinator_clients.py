@@ -11,13 +11,12 @@ are checked with the coordinator before they are appended.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from semel.broker.testing import BrokerThread
 from semel.protocol.records import ControlType, iter_batches, iter_records, parse_control_record
 from tests.kafka_wire import FETCH, KafkaWire, fetch_request, make_topic
+from tests.waiting import until
 
 TIMEOUT_S = 30
 
@@ -52,13 +51,6 @@ def txn_state(broker: BrokerThread, transactional_id: str) -> str:
     return broker.call(describe())
 
 
-def wait_for(predicate, timeout: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.05)
-
 
 def test_confluent_commit_and_abort(shared_broker):
     from confluent_kafka import Producer
@@ -76,7 +68,7 @@ def test_confluent_commit_and_abort(shared_broker):
         producer.produce("cf-txn", value=b"a%d" % i, partition=0)
     producer.flush(TIMEOUT_S)  # else librdkafka drops them unsent and never tells us
     producer.abort_transaction(TIMEOUT_S)
-    wait_for(lambda: txn_state(shared_broker, "cf-txn-1") == "CompleteAbort")
+    until(lambda: txn_state(shared_broker, "cf-txn-1") == "CompleteAbort")
     p0 = batches(shared_broker.bootstrap, "cf-txn", 0)
     p1 = batches(shared_broker.bootstrap, "cf-txn", 1)
     pid, epoch = p0[0][0], p0[0][1]
@@ -123,7 +115,7 @@ def test_vanished_producer_is_aborted_after_its_timeout(shared_broker):
     producer.flush(TIMEOUT_S)
     assert txn_state(shared_broker, "cf-timeout-1") == "Ongoing"
     # the producer vanishes (never ends its transaction); the coordinator aborts it
-    wait_for(lambda: txn_state(shared_broker, "cf-timeout-1") == "CompleteAbort")
+    until(lambda: txn_state(shared_broker, "cf-timeout-1") == "CompleteAbort")
     found = batches(shared_broker.bootstrap, "cf-timeout")
     assert [(b[1], b[2]) for b in found] == [(found[0][1], None),
                                              (found[0][1] + 1, ControlType.ABORT)]
@@ -143,7 +135,7 @@ def test_kafka_python_commit(shared_broker):
         producer.commit_transaction()
     finally:
         producer.close(timeout=TIMEOUT_S)
-    wait_for(lambda: txn_state(shared_broker, "kp-txn-1") == "CompleteCommit")
+    until(lambda: txn_state(shared_broker, "kp-txn-1") == "CompleteCommit")
     found = batches(shared_broker.bootstrap, "kp-txn")
     assert [b[2] for b in found] == [None, ControlType.COMMIT]
     assert found[0][3] == 5
@@ -171,7 +163,7 @@ def test_aiokafka_commit_and_abort(shared_broker):
             await producer.stop()
 
     asyncio.run(run())
-    wait_for(lambda: txn_state(shared_broker, "aio-txn-1") == "CompleteAbort")
+    until(lambda: txn_state(shared_broker, "aio-txn-1") == "CompleteAbort")
     found = batches(shared_broker.bootstrap, "aio-txn")
     assert [b[2] for b in found if b[2] is not None] == [ControlType.COMMIT, ControlType.ABORT]
     assert sum(b[3] for b in found if b[2] is None) == 4

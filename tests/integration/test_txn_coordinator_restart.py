@@ -9,12 +9,11 @@ Coordinator side only: what read_committed consumers see is the partition side's
 
 from __future__ import annotations
 
-import time
-
 from semel.broker.testing import BrokerProcess
 from semel.protocol.errors import Error
 from semel.protocol.records import ControlType, iter_batches, iter_records, parse_control_record
 from tests.kafka_wire import FETCH, KafkaWire, create_topic, fetch_request, message
+from tests.waiting import until
 
 TIMEOUT_S = 30
 DESCRIBE_TRANSACTIONS = 65
@@ -41,13 +40,6 @@ def markers(bootstrap: str, topic: str, partition: int):
     return found
 
 
-def wait_for(predicate, timeout: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.05)
-
 
 def test_commit_survives_sigkill_right_after_the_answer(tmp_path):
     from confluent_kafka import Producer
@@ -72,7 +64,7 @@ def test_commit_survives_sigkill_right_after_the_answer(tmp_path):
             broker.kill()
         restarted = BrokerProcess(data, OVERRIDES).start()
         try:
-            wait_for(lambda b=restarted.bootstrap, tid=f"crash-txn-{round_}":
+            until(lambda b=restarted.bootstrap, tid=f"crash-txn-{round_}":
                      describe(b, tid).transaction_state == "CompleteCommit")
             for partition in (0, 1):
                 found = markers(restarted.bootstrap, topic, partition)

@@ -27,6 +27,7 @@ import pytest
 
 from semel.broker.testing import READY, BrokerProcess
 from tests.kafka_wire import KafkaWire, create_topic, message
+from tests.waiting import until
 
 TIMEOUT_S = 30
 DESCRIBE_TRANSACTIONS = 65
@@ -70,13 +71,6 @@ class PausedBrokerProcess(BrokerProcess):
             raise RuntimeError("broker did not become ready:\n" + "".join(self.lines[-30:]))
         return self
 
-
-def wait_for(predicate, timeout: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.05)
 
 
 def txn_state(bootstrap: str, transactional_id: str) -> str:
@@ -142,7 +136,7 @@ def test_sigkill_between_prepare_and_complete(tmp_path, commit):
     broker = PausedBrokerProcess(data, pause_file).start()
     try:
         values = produce_transaction(broker.bootstrap, "crash-mid", "crash-mid", commit)
-        wait_for(pause_file.exists)
+        until(pause_file.exists)
         prepare = "PREPARE_COMMIT" if commit else "PREPARE_ABORT"
         assert pause_file.read_text().split() == ["crash-mid", prepare]
         # parked at the commit point: no marker yet, so the records sit above the LSO
@@ -153,7 +147,7 @@ def test_sigkill_between_prepare_and_complete(tmp_path, commit):
     broker = BrokerProcess(data, OVERRIDES).start()
     try:
         complete = "CompleteCommit" if commit else "CompleteAbort"
-        wait_for(lambda: txn_state(broker.bootstrap, "crash-mid") == complete)
+        until(lambda: txn_state(broker.bootstrap, "crash-mid") == complete)
         assert consume(broker.bootstrap, "crash-mid", "read_committed") == (
             values if commit else [])
         assert consume(broker.bootstrap, "crash-mid", "read_uncommitted") == values
@@ -166,7 +160,7 @@ def test_sigkill_with_markers_half_written(tmp_path):
     broker = PausedBrokerProcess(data, pause_file, "first-marker").start()
     try:
         values = produce_transaction(broker.bootstrap, "crash-half", "crash-half", True)
-        wait_for(pause_file.exists)
+        until(pause_file.exists)
         assert txn_state(broker.bootstrap, "crash-half") == "PrepareCommit"
         # partition 0 has its marker, partition 1 not yet (values[i] went to i % 2)
         partition_0 = sorted(v for i, v in enumerate(values) if i % PARTITIONS == 0)
@@ -175,7 +169,7 @@ def test_sigkill_with_markers_half_written(tmp_path):
         broker.kill()
     broker = BrokerProcess(data, OVERRIDES).start()
     try:
-        wait_for(lambda: txn_state(broker.bootstrap, "crash-half") == "CompleteCommit")
+        until(lambda: txn_state(broker.bootstrap, "crash-half") == "CompleteCommit")
         assert consume(broker.bootstrap, "crash-half", "read_committed") == values
     finally:
         broker.stop()
@@ -186,7 +180,7 @@ def test_sigkill_after_complete_commit(tmp_path):
     broker = BrokerProcess(data, OVERRIDES).start()
     try:
         values = produce_transaction(broker.bootstrap, "crash-after", "crash-after", True)
-        wait_for(lambda: txn_state(broker.bootstrap, "crash-after") == "CompleteCommit")
+        until(lambda: txn_state(broker.bootstrap, "crash-after") == "CompleteCommit")
         assert consume(broker.bootstrap, "crash-after", "read_committed") == values
     finally:
         broker.kill()
