@@ -34,9 +34,9 @@ from tests.broker.test_txn_wire import (
     describe,
     end_txn,
     list_txns,
-    wait_for,
 )
 from tests.kafka_wire import FETCH, PRODUCE, KafkaWire, fetch_request, make_topic, message
+from tests.waiting import until
 
 INIT_PRODUCER_ID = 22
 MAX_TIMEOUT = 2**31 - 1
@@ -204,7 +204,7 @@ def test_two_phase_commit_transaction_never_times_out(broker, wire, clock):
         coordinator = broker.broker.txn_coordinator
         aborted = run(broker, coordinator.abort_timed_out_transactions())
         assert aborted >= 1
-        wait_for(lambda: describe(wire, plain)[plain].transaction_state == "CompleteAbort")
+        until(lambda: describe(wire, plain)[plain].transaction_state == "CompleteAbort")
         assert describe(wire, tid)[tid].transaction_state == "Ongoing"
         # how long it has been open: ListTransactions' duration filter, DescribeTransactions'
         # start time
@@ -214,7 +214,7 @@ def test_two_phase_commit_transaction_never_times_out(broker, wire, clock):
         assert clock() - start >= YEAR_MS
         # and it is still the producer's to commit
         assert end_txn(wire, tid, pid, epoch, True).error_code == Error.NONE
-        wait_for(lambda: describe(wire, tid)[tid].transaction_state == "CompleteCommit")
+        until(lambda: describe(wire, tid)[tid].transaction_state == "CompleteCommit")
         assert b"kept" in committed_values(wire, "tp", 0)
     finally:
         clock.advance(-YEAR_MS)
@@ -262,7 +262,7 @@ def test_keep_prepared_without_a_transaction_is_a_plain_init(wire):
     pid, epoch = empty.producer_id, empty.producer_epoch
     assert write(wire, tid, pid, epoch, "tp", 0, [b"c"]) == Error.NONE
     assert end_txn(wire, tid, pid, epoch, True).error_code == Error.NONE
-    wait_for(lambda: describe(wire, tid)[tid].transaction_state == "CompleteCommit")
+    until(lambda: describe(wire, tid)[tid].transaction_state == "CompleteCommit")
     done = init(wire, tid, enable_2pc=True, keep=True)  # COMPLETE_COMMIT
     assert (done.producer_epoch, done.ongoing_txn_producer_id,
             done.ongoing_txn_producer_epoch) == (epoch + 1, -1, -1)
@@ -292,7 +292,7 @@ def test_keep_prepared_keeps_the_ongoing_transaction(broker, wire):
     assert b"a" not in committed_values(wire, "tp", 1)
     # the commit under the newest epoch makes the records visible
     assert end_txn(wire, tid, pid, epoch + 2, True).error_code == Error.NONE
-    wait_for(lambda: describe(wire, tid)[tid].transaction_state == "CompleteCommit")
+    until(lambda: describe(wire, tid)[tid].transaction_state == "CompleteCommit")
     assert committed_values(wire, "tp", 1)[-2:] == [b"a", b"b"]
     assert (pid, epoch + 2, ControlType.COMMIT, 0) in control_markers(wire, "tp", 1)
     # nothing ongoing any more
@@ -308,7 +308,7 @@ def test_keep_prepared_then_abort(wire):
     assert kept.ongoing_txn_producer_epoch == r.producer_epoch
     assert end_txn(wire, tid, kept.producer_id, kept.producer_epoch, False).error_code == \
         Error.NONE
-    wait_for(lambda: describe(wire, tid)[tid].transaction_state == "CompleteAbort")
+    until(lambda: describe(wire, tid)[tid].transaction_state == "CompleteAbort")
     assert b"gone" not in committed_values(wire, "tp", 0)
 
 
@@ -390,7 +390,7 @@ def test_kept_transaction_survives_a_restart(tmp_path):
         assert (d.transaction_state, d.transaction_timeout_ms) == ("Ongoing", MAX_TIMEOUT)
         assert committed_values(w, "rt", 0) == []
         assert end_txn(w, tid, pid, epoch + 2, True).error_code == Error.NONE
-        wait_for(lambda: describe(w, tid)[tid].transaction_state == "CompleteCommit")
+        until(lambda: describe(w, tid)[tid].transaction_state == "CompleteCommit")
         assert committed_values(w, "rt", 0) == [b"one", b"two"]
 
 

@@ -32,7 +32,6 @@ from tests.broker.test_txn_wire import (
     describe,
     end_txn,
     init,
-    wait_for,
 )
 from tests.group_wire import fetch_offsets, join, sync
 from tests.kafka_wire import (
@@ -47,6 +46,7 @@ from tests.kafka_wire import (
     produce_request,
     records_batch,
 )
+from tests.waiting import until
 
 FIND_COORDINATOR, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT, DESCRIBE_PRODUCERS = 10, 27, 28, 61
 READ_COMMITTED = 1
@@ -186,7 +186,7 @@ def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(shared
     assert aborted(uncommitted) is None and uncommitted.last_stable_offset == 1
 
     assert end_txn(wire, "rc-abort", r.producer_id, r.producer_epoch, False).error_code == 0
-    wait_for(lambda: fetch(wire, "rc-abort").last_stable_offset == 5)
+    until(lambda: fetch(wire, "rc-abort").last_stable_offset == 5)
     after = fetch(wire, "rc-abort")
     # everything comes back; the client drops the aborted producer's batches from offset 1
     assert values_of(after) == [b"plain-0", b"t1", b"t2", b"plain-3"]
@@ -214,7 +214,7 @@ def test_list_offsets_by_isolation_level(shared_broker, wire):
     assert lookup(2_000, READ_COMMITTED) == (-1, -1)  # beyond the last stable offset
     assert lookup(1_000, READ_COMMITTED) == (0, 1_000)
     end_txn(wire, "rc-offsets", r.producer_id, r.producer_epoch, True)
-    wait_for(lambda: lookup(-1, READ_COMMITTED) == (3, -1))
+    until(lambda: lookup(-1, READ_COMMITTED) == (3, -1))
     assert lookup(2_000, READ_COMMITTED) == (1, 2_000)
 
 
@@ -232,7 +232,7 @@ def test_read_committed_long_poll_wakes_when_the_transaction_commits(shared_brok
     waiter = threading.Thread(target=poll)
     waiter.start()
     waiters = shared_broker.broker.fetch_waiters
-    wait_for(lambda: ("rc-poll", 0) in waiters._by_partition)  # parked, nothing committed
+    until(lambda: ("rc-poll", 0) in waiters._by_partition)  # parked, nothing committed
     assert end_txn(wire, "rc-poll", r.producer_id, r.producer_epoch, True).error_code == 0
     waiter.join(30)
     assert not waiter.is_alive()
@@ -321,7 +321,7 @@ def test_describe_producers(shared_broker, wire):
     assert (txn.producer_epoch, txn.last_sequence, txn.current_txn_start_offset,
             txn.coordinator_epoch) == (r.producer_epoch, 0, 2, -1)
     end_txn(wire, "dp", r.producer_id, r.producer_epoch, True)
-    wait_for(lambda: {s.producer_id: s for s in describe_producers(wire, "dp", 0)[("dp", 0)]}
+    until(lambda: {s.producer_id: s for s in describe_producers(wire, "dp", 0)[("dp", 0)]}
              [r.producer_id].current_txn_start_offset == -1)
     txn = {s.producer_id: s for s in describe_producers(wire, "dp", 0)[("dp", 0)]}[
         r.producer_id]
@@ -345,14 +345,14 @@ def test_produce_verifies_the_partition_is_in_the_transaction(shared_broker, wir
     assert produce_txn(wire, "pv", r, "pv", [b"ok"], 0).error_code == Error.NONE
     # the hanging-transaction hole: a write arriving after its transaction ended, same epoch
     assert end_txn(wire, "pv", r.producer_id, r.producer_epoch, True).error_code == 0
-    wait_for(lambda: describe(wire, "pv")["pv"].transaction_state == "CompleteCommit")
+    until(lambda: describe(wire, "pv")["pv"].transaction_state == "CompleteCommit")
     late = produce_txn(wire, "pv", r, "pv", [b"late"], 1)
     assert late.error_code == Error.INVALID_TXN_STATE
     part = fetch(wire, "pv")
     assert part.last_stable_offset == part.high_watermark == 2  # nothing left hanging
     # a fenced producer's first batch on a partition
     newer = init(wire, "pv")
-    wait_for(lambda: init(wire, "pv").error_code == Error.NONE)  # its abort completed
+    until(lambda: init(wire, "pv").error_code == Error.NONE)  # its abort completed
     newest = init(wire, "pv")
     assert newest.producer_epoch > newer.producer_epoch
     part = produce_txn(wire, "pv", r, "pv", [b"late"], 0, partition=1)
@@ -394,7 +394,7 @@ def test_produce_v12_adds_partitions_implicitly(shared_broker, wire):
     assert sorted({t.topic: t.partitions for t in d.topics}["tv2"]) == [0, 1]
     done = end_txn(wire, "tv2", r.producer_id, r.producer_epoch, True, version=5)
     assert (done.error_code, done.producer_epoch) == (Error.NONE, r.producer_epoch + 1)
-    wait_for(lambda: fetch(wire, "tv2").last_stable_offset == 4)
+    until(lambda: fetch(wire, "tv2").last_stable_offset == 4)
     assert control_markers(wire, "tv2") == [
         (r.producer_id, r.producer_epoch + 1, ControlType.COMMIT, 0)]
     assert values_of(fetch(wire, "tv2")) == [b"v0", b"v1", b"v2"]
@@ -405,7 +405,7 @@ def test_produce_v12_adds_partitions_implicitly(shared_broker, wire):
     stale = produce_txn(wire, "tv2", r, "tv2", [b"stale"], 3, partition=1, version=12)
     assert stale.error_code == Error.INVALID_PRODUCER_EPOCH
     end_txn(wire, "tv2", r.producer_id, done.producer_epoch, False, version=5)
-    wait_for(lambda: fetch(wire, "tv2").last_stable_offset == 6)
+    until(lambda: fetch(wire, "tv2").last_stable_offset == 6)
     part = fetch(wire, "tv2", 4)
     assert values_of(part) == [b"gone"] and aborted(part) == [(r.producer_id, 4)]
 
@@ -432,7 +432,7 @@ def test_txn_offset_commit_pending_until_commit(shared_broker, wire):
     assert found[("toc", 0)][3] == Error.UNSTABLE_OFFSET_COMMIT
     assert fetch_offsets(wire, "toc-g", [("toc", 0)])[1][("toc", 0)][0] == -1  # pending
     assert end_txn(wire, "toc", r.producer_id, r.producer_epoch, True).error_code == 0
-    wait_for(lambda: fetch_offsets(wire, "toc-g", [("toc", 0)])[1][("toc", 0)][0] == 42)
+    until(lambda: fetch_offsets(wire, "toc-g", [("toc", 0)])[1][("toc", 0)][0] == 42)
 
 
 def test_txn_offset_commit_v5_adds_the_offsets_partition_and_abort_drops(shared_broker, wire):
@@ -452,7 +452,7 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition_and_abort_drops(shared_
     assert "__consumer_offsets" in {t.topic for t in d.topics}
     assert end_txn(wire, "toc5", r.producer_id, r.producer_epoch, False,
                    version=5).error_code == 0
-    wait_for(lambda: describe(wire, "toc5")["toc5"].transaction_state == "CompleteAbort")
+    until(lambda: describe(wire, "toc5")["toc5"].transaction_state == "CompleteAbort")
     assert fetch_offsets(wire, "toc5-g", [("toc5", 0)], require_stable=True)[1][
         ("toc5", 0)][:1] == (-1,)
     # the old epoch is fenced after the TV2 bump
@@ -524,7 +524,7 @@ def test_batches_of_aborted_transactions_are_whole_batches(shared_broker, wire):
     add_partitions(wire, "rc-batches", r.producer_id, r.producer_epoch, {"rc-batches": [0]})
     produce_txn(wire, "rc-batches", r, "rc-batches", [b"a", b"b", b"c"], 0)
     end_txn(wire, "rc-batches", r.producer_id, r.producer_epoch, False)
-    wait_for(lambda: fetch(wire, "rc-batches").last_stable_offset == 4)
+    until(lambda: fetch(wire, "rc-batches").last_stable_offset == 4)
     part = fetch(wire, "rc-batches", 1)  # from the middle of the aborted batch
     headers = list(iter_batches(bytes(part.records)))
     assert headers[0].base_offset == 0 and aborted(part) == [(r.producer_id, 0)]

@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 
 from semel.broker.testing import BrokerProcess, BrokerThread
 from semel.protocol.errors import Error
-from tests.broker.test_connection import ManualClock, wait_for
+from tests.broker.test_connection import ManualClock
 from tests.kafka_wire import (
     METADATA,
     PRODUCE,
@@ -31,6 +31,7 @@ from tests.kafka_wire import (
     produce_request,
     records_batch,
 )
+from tests.waiting import wait_for
 
 MiB = 1 << 20
 
