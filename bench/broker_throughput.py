@@ -115,7 +115,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int, total: int) -> tupl
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
-                  "fetch.wait.max.ms": 100})
+                  "fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 10})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = 0
     nbytes = 0

@@ -564,8 +564,8 @@ over the span from the first client's start to the last client's end.
   acks=all) and one consumer tailing the partition for {s.e2e_s:g} s; latency is receipt time
   minus the send time carried in the record; the first second is not counted.
 - Consume: the topic is filled by 4 producers, then {s.consumers} consumer processes read it
-  from offset 0 (fetch.max.bytes 50 MiB, max.partition.fetch.bytes 10 MiB), alternating
-  brokers round by round.
+  from offset 0 (fetch.max.bytes 50 MiB, max.partition.fetch.bytes 10 MiB,
+  fetch.queue.backoff.ms 10), alternating brokers round by round.
 - Startup: exec -> first successful TCP connect (polled every 1 ms) and exec -> the output
   line containing "ready"; idle RSS 1 s after start. Median of several launches.
 - Broker CPU and RSS come from /proc/<pid>; the peer (Tansu) keeps every record in memory,

@@ -10,6 +10,8 @@ itself the bottleneck).
 Client settings common to both brokers: acks=all, no compression, librdkafka's defaults
 otherwise (linger.ms=5, batch.size=1000000, max.in.flight=1000000 for plain producers; 5
 with idempotence), delivery reports only for errors. Each producer writes its own partition.
+Consumers (``CONSUMER_CONFIG``): fetches of up to 50 MiB, 10 MiB per partition, and a 10 ms
+pause (not librdkafka's 1 s) when the application lets the local queue fill up.
 ``produce(..., compression="lz4")`` and ``produce(..., java=True)`` send bench/values.py's
 compressible values instead of one random value repeated; ``java=True`` runs Java
 kafka-clients producers (bench/java/BenchProducer.java: its defaults, idempotent, batch.size
@@ -32,8 +34,14 @@ from bench.brokers import PeakRss, RunningBroker
 from bench.clients import NotMeasured, percentiles, run_group, span
 
 MB = 1_000_000
+# fetch.queue.backoff.ms: librdkafka stops fetching a partition for this long whenever its
+# local queue is past its thresholds (queued.max.messages.kbytes 64 MiB, queued.min.messages
+# 100000), that is whenever the broker is faster than the consumer application. At the 1 s
+# default one such pause took more than half of a 512 MB round, in some rounds and not in
+# others, though the queue drains in ~50 ms. Java's consumer fetches again as soon as the
+# buffered records are taken; 10 ms comes close to that. Both brokers get the same setting.
 CONSUMER_CONFIG = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
-                   "fetch.wait.max.ms": 100}
+                   "fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 10}
 
 
 @dataclass
