@@ -1,7 +1,8 @@
-"""Instructions the broker executes per Produce request, counted by callgrind.
+"""Instructions the broker executes per Produce request (or per tiny transaction), counted
+by callgrind.
 
-    .venv/bin/python bench/bench_request_instructions.py [--requests 2000] [--warm-up 500]
-        [--durable] [--root DIR] [--keep DIR] [--repeat N]
+    .venv/bin/python bench/bench_request_instructions.py [--txn] [--requests N]
+        [--warm-up N] [--durable] [--root DIR] [--keep DIR] [--repeat N]
 
 CPU-time benchmarks (bench/bench_request_cost.py) move with the machine's load; the count
 of instructions does not, so a change of a few per cent per request shows. The broker is
@@ -10,7 +11,12 @@ path, the log, log.flush.mode=none, or the default fsync mode with ``--durable``
 ``valgrind --tool=callgrind`` - only the broker: the client is this process, not traced.
 The client is bench_request_cost's: pre-encoded Produce v11 frames as Java kafka-clients
 sends them (acks=all, one idempotent batch of one 10-byte record per request, at most 5 in
-flight), over a loopback socket.
+flight), over a loopback socket. ``--txn``: per tiny transaction instead, the client
+bench/endtxn_wire.py's (the classic flow, as librdkafka runs it: AddPartitionsToTxn v3 ->
+Produce v9 with one transactional batch of 10 records of 100 B -> EndTxn v3 commit, back to
+back on one connection after one InitProducerId), so the count covers the transaction
+coordinator, its markers and its COMPLETE_* record; each figure also says how many
+CONCURRENT_TRANSACTIONS retries the client needed (they cost instructions too).
 
 Start-up and shut-down cost the same whatever the number of requests, so the broker runs
 twice: ``warm-up + N`` and ``warm-up + 2N`` requests; (instructions of the second -
@@ -47,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import endtxn_wire
 from bench.bench_request_cost import check_last, frames, send_all
 from bench.bench_request_cost import start_broker as start_broker_process
 from bench.brokers import import_root
@@ -89,32 +96,53 @@ def produce(bootstrap: str, warm_up: int, count: int) -> None:
     check_last(last, warm_up + count - 1)
 
 
-def instructions(root: Path, durable: bool, warm_up: int, count: int, out_file: Path) -> int:
-    """Instructions of one broker run serving ``warm_up + count`` requests."""
+def transact(bootstrap: str, warm_up: int, count: int) -> int:
+    """--txn: a topic, then ``warm_up`` and ``count`` committed transactions
+    (bench/endtxn_wire.py's) under two transactional ids; returns the retries the client
+    needed (CONCURRENT_TRANSACTIONS on the AddPartitionsToTxn after an EndTxn)."""
+    topic = "instructions"
+    with KafkaWire.connect(bootstrap) as wire:
+        if create_topic(wire, topic, 1):
+            raise RuntimeError("CreateTopics failed")
+    retries = endtxn_wire.run(bootstrap, topic, warm_up,
+                              transactional_id="warm-up")["add_partitions_retries"]
+    return retries + endtxn_wire.run(bootstrap, topic, count,
+                                     transactional_id="measured")["add_partitions_retries"]
+
+
+def instructions(root: Path, durable: bool, warm_up: int, count: int, out_file: Path,
+                 drive=produce) -> tuple[int, int | None]:
+    """Instructions of one broker run serving ``warm_up + count`` requests (or transactions:
+    ``drive``), and what ``drive`` returned."""
     with tempfile.TemporaryDirectory(prefix="semel-instr-") as d:
         proc, bootstrap = start_broker(root, str(Path(d) / "data"), durable, out_file)
         try:
-            produce(bootstrap, warm_up, count)
+            driven = drive(bootstrap, warm_up, count)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=300)
     found = _TOTALS.search(out_file.read_bytes())
     if found is None:
         raise RuntimeError(f"no totals in {out_file}")
-    return int(found.group(1))
+    return int(found.group(1)), driven
 
 
 def per_request(root: Path, durable: bool, warm_up: int, count: int, work: Path,
-                tag: str) -> float:
-    small = instructions(root, durable, warm_up, count, work / f"callgrind.{tag}.n")
-    large = instructions(root, durable, warm_up, 2 * count, work / f"callgrind.{tag}.2n")
-    return (large - small) / count
+                tag: str, drive=produce) -> tuple[float, list]:
+    """(instructions per request or transaction, what each ``drive`` returned)."""
+    small, a = instructions(root, durable, warm_up, count, work / f"callgrind.{tag}.n", drive)
+    large, b = instructions(root, durable, warm_up, 2 * count, work / f"callgrind.{tag}.2n",
+                            drive)
+    return (large - small) / count, [a, b]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=2000, help="N (the runs: N and 2N)")
-    parser.add_argument("--warm-up", type=int, default=500)
+    parser.add_argument("--txn", action="store_true",
+                        help="per tiny transaction (default: per Produce request)")
+    parser.add_argument("--requests", type=int,
+                        help="N, requests or transactions (the runs: N and 2N; 2000, --txn 300)")
+    parser.add_argument("--warm-up", type=int, help="500, --txn 100")
     parser.add_argument("--durable", action="store_true", help="fsync mode (default: none)")
     parser.add_argument("--root", type=Path, default=ROOT, help="the tree whose broker runs")
     parser.add_argument("--keep", type=Path, help="keep the callgrind files here")
@@ -123,21 +151,25 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed")
     api.codec(0, "request")  # fail here, not in a broker run, if the codecs do not load
+    drive, unit = (transact, "transaction") if args.txn else (produce, "request")
+    count = args.requests or (300 if args.txn else 2000)
+    warm_up = args.warm_up or (100 if args.txn else 500)
     work = args.keep or Path(tempfile.mkdtemp(prefix="semel-instr-"))
     work.mkdir(parents=True, exist_ok=True)
     mode = "durable" if args.durable else "none"
     figures = []
     try:
         for i in range(args.repeat):
-            figure = per_request(args.root.resolve(), args.durable, args.warm_up,
-                                 args.requests, work, f"{mode}.{i}")
+            figure, driven = per_request(args.root.resolve(), args.durable, warm_up, count,
+                                         work, f"{mode}.{i}", drive)
             figures.append(figure)
-            print(f"{mode}: {figure:,.0f} instructions/request", flush=True)
+            retries = f" ({sum(driven)} client retries)" if args.txn else ""
+            print(f"{mode}: {figure:,.0f} instructions/{unit}{retries}", flush=True)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     if len(figures) > 1:
-        print(f"{mode}: median {statistics.median(figures):,.0f} instructions/request")
+        print(f"{mode}: median {statistics.median(figures):,.0f} instructions/{unit}")
 
 
 if __name__ == "__main__":

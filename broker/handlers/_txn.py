@@ -10,6 +10,11 @@ def txn_coordinator(ctx):
     return getattr(ctx.broker, "txn_coordinator", None)
 
 
+def txn_coordinator_of(broker):
+    """``txn_coordinator`` for code that has the broker, not a request context."""
+    return getattr(broker, "txn_coordinator", None)
+
+
 def fenced_for_old_clients(error: Error, version: int, first_version: int) -> Error:
     """PRODUCER_FENCED (KIP-588) is only understood from ``first_version`` on; older clients
     get INVALID_PRODUCER_EPOCH, which they handle the same way (as Kafka answers them)."""

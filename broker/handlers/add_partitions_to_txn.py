@@ -41,19 +41,16 @@ API_KEY = 24
 
 async def handle(ctx, req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     version = ctx.api_version
-    if version < 4:
-        transactions = [AddPartitionsToTxnTransaction(
+    if version < 4:  # one transaction, awaited in the request's own turn (no task)
+        result = await _one(ctx, AddPartitionsToTxnTransaction(
             transactional_id=req.v3_and_below_transactional_id,
             producer_id=req.v3_and_below_producer_id,
             producer_epoch=req.v3_and_below_producer_epoch,
-            topics=req.v3_and_below_topics)]
-    else:
-        if not cluster_allows(ctx, AclOperation.CLUSTER_ACTION):  # only brokers send v4+
-            return AddPartitionsToTxnResponse(error_code=Error.CLUSTER_AUTHORIZATION_FAILED)
-        transactions = req.transactions
-    results = await asyncio.gather(*(_one(ctx, t, version) for t in transactions))
-    if version < 4:
-        return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=results[0].topic_results)
+            topics=req.v3_and_below_topics), version)
+        return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=result.topic_results)
+    if not cluster_allows(ctx, AclOperation.CLUSTER_ACTION):  # only brokers send v4+
+        return AddPartitionsToTxnResponse(error_code=Error.CLUSTER_AUTHORIZATION_FAILED)
+    results = await asyncio.gather(*(_one(ctx, t, version) for t in req.transactions))
     return AddPartitionsToTxnResponse(error_code=Error.NONE, results_by_transaction=results)
 
 

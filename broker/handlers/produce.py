@@ -72,7 +72,7 @@ from semel.broker.handlers._authz import (
     foreign_producer_id,
     foreign_producer_message,
 )
-from semel.broker.handlers._txn import txn_coordinator, verification_error
+from semel.broker.handlers._txn import txn_coordinator, txn_coordinator_of, verification_error
 from semel.broker.handlers.metadata import INTERNAL_TOPICS
 from semel.broker.security import AclOperation, ResourceType
 from semel.protocol import produce_fast
@@ -559,8 +559,10 @@ def fast_path(broker, frame: memoryview, version: int) -> FastProduce | None:
                 return None  # (a large compressed batch may need a worker thread)
             if header.is_transactional:
                 key = (header.producer_id, header.producer_epoch)
-                if (txn_id is None or (producer is not None and producer != key)
-                        or not plog.has_ongoing_transaction(*key)):
+                if txn_id is None or (producer is not None and producer != key):
+                    return None
+                if (not plog.has_ongoing_transaction(*key)
+                        and not _verified(broker, txn_id, key, name, partition.index, version)):
                     return None
                 producer = key
             plan.append([position, name, partition.index, plog, records, header, None])
@@ -600,6 +602,24 @@ def fast_path(broker, frame: memoryview, version: int) -> FastProduce | None:
             continue
         fast.appended(broker, position, name, index, plog, records, header, result, acks_all)
     return fast
+
+
+def _verified(broker, transactional_id: str, producer: tuple[int, int], topic: str,
+              index: int, version: int) -> bool:
+    """For the fast path, a transaction's first batch on a partition (no transaction open
+    there yet): True if ``handle`` would append it too - before transaction version 2, the
+    partition passes the coordinator's verification (``_verify_transaction``, synchronous as
+    there: nothing comes between it and the append), or verification is off. False: the
+    full path runs (it reports the error, or adds the partition implicitly)."""
+    if version >= IMPLICIT_ADD_VERSION:
+        return False
+    if not broker.config.transaction_partition_verification_enable:
+        return True
+    tc = txn_coordinator_of(broker)
+    if tc is None:
+        return False
+    tp = TopicPartition(topic, index)
+    return tc.verify_partitions(transactional_id, *producer, (tp,)).get(tp) == Error.NONE
 
 
 def _failed(index: int, code: Error, message: str | None,

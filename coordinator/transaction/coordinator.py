@@ -6,7 +6,9 @@ so concurrent requests for the id get CONCURRENT_TRANSACTIONS), the shell append
 one record to ``__transaction_state`` partition ``abs(java_hash(id)) % partitions`` and
 waits until it is durable (``PartitionLog.wait_durable``), then ``complete``s it. A failed
 append or fsync clears the pending state and answers COORDINATOR_NOT_AVAILABLE. Each
-operation runs in a task of its own, so a client that disconnects cannot cut it short.
+operation starts in the caller's turn of the loop and, once it has to wait (for the disk),
+goes on in a task of its own, so a client that disconnects cannot cut it short; without
+fsync (log.flush.mode=none) most end at once and are answered in the turn they arrived.
 
 EndTxn: once PREPARE_COMMIT / PREPARE_ABORT is durable (the commit point) the client is
 answered, then a completion task calls ``write_markers`` for every partition of the
@@ -171,6 +173,55 @@ def _need_producer_id() -> int:
     raise _NeedProducerId
 
 
+class _Operation:
+    """The rest of an operation that ``TransactionCoordinator._run`` started eagerly: driven
+    on from its first suspension (the awaitable it yielded) in a task, its outcome set on
+    ``outcome`` (the caller's future) as soon as it ends. A caller that went away (its
+    future cancelled) does not stop it; a fault of ours it then ends with is logged."""
+
+    __slots__ = ("coro", "outcome", "yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any,
+                 outcome: asyncio.Future) -> None:
+        self.coro = coro
+        self.yielded = yielded
+        self.outcome = outcome
+
+    async def run(self) -> None:
+        outcome = self.outcome
+        try:
+            result = await self
+        except asyncio.CancelledError:
+            outcome.cancel()
+            raise
+        except Exception as e:  # handed to the caller, or logged
+            if not outcome.done():
+                outcome.set_exception(e)
+            else:
+                log.exception("a transaction coordinator operation failed after its caller "
+                              "went away")
+        else:
+            if not outcome.done():
+                outcome.set_result(result)
+
+    def __await__(self):
+        coro, value = self.coro, self.yielded
+        self.coro = self.yielded = None
+        while True:
+            try:
+                sent = yield value
+            except BaseException as exc:  # noqa: BLE001 - cancellation etc., passed on
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
 class TransactionCoordinator:
     def __init__(self, log_manager, producer_ids, config: TxnConfig,
                  clock: Callable[[], int], write_markers: WriteMarkers, *,
@@ -311,11 +362,22 @@ class TransactionCoordinator:
         return self.txns.get(transactional_id) is md
 
     async def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run an operation in its own task: cancelling the caller does not cut it short."""
-        task = asyncio.get_running_loop().create_task(coro)
+        """Run an operation so that cancelling the caller does not cut it short: eagerly,
+        in the caller's turn of the loop, up to its first suspension (with
+        log.flush.mode=none most operations never suspend: answered in the turn the request
+        arrived, with no task); an operation that suspends goes on in a task of its own
+        (``_Operation``), which hands its outcome to the caller's future itself - one hop of
+        the loop, not the two of a shielded task."""
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            return stop.value
+        loop = asyncio.get_running_loop()
+        outcome = loop.create_future()
+        task = loop.create_task(_Operation(coro, yielded, outcome).run())
         self._ops.add(task)
         task.add_done_callback(self._ops.discard)
-        return await asyncio.shield(task)
+        return await outcome
 
     async def _generate_producer_id(self) -> int:
         result = self.producer_ids.generate_producer_id()
@@ -596,14 +658,21 @@ class TransactionCoordinator:
 
     def _start_completion(self, transactional_id: str, md: TxnMetadata, complete: TxnTransit,
                           commit: bool) -> None:
+        # the markers' first attempt is waited for from now on (not only once the task has
+        # started: the answer to EndTxn may leave first), unless a test hook holds it
+        waiters: list[asyncio.Future] | None = None
+        if self.before_markers is None:
+            waiters = self._completing[transactional_id] = []
         task = asyncio.get_running_loop().create_task(
-            self._complete_transaction(transactional_id, md, complete, commit),
+            self._complete_transaction(transactional_id, md, complete, commit, waiters),
             name=f"semel-txn-complete-{transactional_id}")
         self._completions[transactional_id] = task
 
         def done(t: asyncio.Task) -> None:
             if self._completions.get(transactional_id) is t:
                 del self._completions[transactional_id]
+            if waiters is not None:  # also when cancelled before it ever ran
+                self._settle(transactional_id, waiters)
 
         task.add_done_callback(done)
 
@@ -615,16 +684,18 @@ class TransactionCoordinator:
         return 0 if plog is None else plog.leader_epoch
 
     async def _complete_transaction(self, transactional_id: str, md: TxnMetadata,
-                                    complete: TxnTransit, commit: bool) -> None:
+                                    complete: TxnTransit, commit: bool,
+                                    waiters: list[asyncio.Future] | None) -> None:
         """Markers to every partition (retried), then COMPLETE_* (``_complete_lazily``).
         Requests that find the id busy meanwhile wait for the markers' first attempt
-        (``_wait_for_completion``); they are let go once it is over, before a retry's pause
-        and before the ``before_complete`` test hook."""
+        (``_wait_for_completion``; ``waiters``, registered by ``_start_completion``, or here
+        after the ``before_markers`` test hook); they are let go once it is over, before a
+        retry's pause and before the ``before_complete`` test hook."""
         backoff = self.config.retry_backoff_ms / 1000
-        if self.before_markers is not None:
-            await self.before_markers(transactional_id, md)
-        waiters: list[asyncio.Future] = []
-        self._completing[transactional_id] = waiters
+        if waiters is None:
+            if self.before_markers is not None:
+                await self.before_markers(transactional_id, md)
+            waiters = self._completing[transactional_id] = []
         try:
             coordinator_epoch = self.coordinator_epoch(transactional_id)
             producer_id, producer_epoch = md.producer_id, md.producer_epoch

@@ -47,8 +47,9 @@ class LogMarkerWriter:
                        transaction_version: int = 0) -> dict[TopicPartition, Error]:
         del transactional_id  # markers carry producer ids only
         errors: dict[TopicPartition, Error] = {}
-        waits: list[tuple[TopicPartition, object, int]] = []
+        waits: list[tuple[TopicPartition, asyncio.Future]] = []
         offsets: list[TopicPartition] = []
+        loop = asyncio.get_running_loop()
         now = self.clock()
         for tp in partitions:
             plog = self.log_manager.get_partition(tp.topic, tp.partition)
@@ -64,17 +65,31 @@ class LogMarkerWriter:
             try:
                 result = plog.append(bytearray(batch), origin="coordinator",
                                      transaction_version=transaction_version)
+                durable = plog.durable_future(result.next_offset, loop)
             except KafkaError as e:
                 errors[tp] = e.code
                 continue
-            waits.append((tp, plog, result.next_offset))
+            if durable is None:  # durable already (log.flush.mode=none)
+                errors[tp] = Error.NONE
+            else:
+                waits.append((tp, durable))
+        if not waits and not offsets:
+            return errors  # nothing to wait for: no turn of the loop
+        if len(waits) == 1 and not offsets:  # the usual transaction: one future, one hop
+            tp, durable = waits[0]
+            try:
+                await durable
+            except KafkaError as e:
+                errors[tp] = e.code
+            else:
+                errors[tp] = Error.NONE
+            return errors
         group_results = [self.group_coordinator.complete_transaction(
             producer_id, producer_epoch, coordinator_epoch, tp.partition, commit)
             for tp in offsets]
         results = await asyncio.gather(
-            *(plog.wait_durable(offset) for _, plog, offset in waits), *group_results,
-            return_exceptions=True)
-        for tp, result in zip([tp for tp, _, _ in waits] + offsets, results, strict=True):
+            *(durable for _, durable in waits), *group_results, return_exceptions=True)
+        for tp, result in zip([tp for tp, _ in waits] + offsets, results, strict=True):
             if isinstance(result, KafkaError):
                 errors[tp] = result.code
             elif isinstance(result, BaseException):
