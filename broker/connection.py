@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING
 from semel.broker.dispatch import CloseConnection
 from semel.broker.security.endpoint import AuthenticationRefused
 from semel.broker.security.session import Session
+from semel.coordinator.eager import Resume
 from semel.protocol.errors import ProtocolError
 from semel.protocol.frame import BufferedFrameReader
 from semel.storage.file_region import FileRegion
@@ -683,32 +684,7 @@ def _release_regions(buffers) -> None:
 async def _resumed(coro, yielded):
     """A coroutine started eagerly (``Connection._start``), driven on from its first
     suspension by the task awaiting this."""
-    return await _Resume(coro, yielded)
-
-
-class _Resume:
-    __slots__ = ("coro", "yielded")
-
-    def __init__(self, coro, yielded) -> None:
-        self.coro = coro
-        self.yielded = yielded
-
-    def __await__(self):
-        coro, value = self.coro, self.yielded
-        self.coro = self.yielded = None
-        while True:
-            try:
-                sent = yield value
-            except BaseException as exc:  # noqa: BLE001 - cancellation etc., passed on
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as stop:
-                    return stop.value
+    return await Resume(coro, yielded)
 
 
 class RateLimitedLog:

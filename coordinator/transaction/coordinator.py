@@ -64,6 +64,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from semel.coordinator.eager import Resume
 from semel.coordinator.loading import batches_to_load
 from semel.coordinator.partitioning import partition_for
 from semel.coordinator.transaction import core
@@ -173,53 +174,25 @@ def _need_producer_id() -> int:
     raise _NeedProducerId
 
 
-class _Operation:
-    """The rest of an operation that ``TransactionCoordinator._run`` started eagerly: driven
-    on from its first suspension (the awaitable it yielded) in a task, its outcome set on
-    ``outcome`` (the caller's future) as soon as it ends. A caller that went away (its
-    future cancelled) does not stop it; a fault of ours it then ends with is logged."""
-
-    __slots__ = ("coro", "outcome", "yielded")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any,
-                 outcome: asyncio.Future) -> None:
-        self.coro = coro
-        self.yielded = yielded
-        self.outcome = outcome
-
-    async def run(self) -> None:
-        outcome = self.outcome
-        try:
-            result = await self
-        except asyncio.CancelledError:
-            outcome.cancel()
-            raise
-        except Exception as e:  # handed to the caller, or logged
-            if not outcome.done():
-                outcome.set_exception(e)
-            else:
-                log.exception("a transaction coordinator operation failed after its caller "
-                              "went away")
+async def _finish(coro: Coroutine[Any, Any, Any], yielded: Any, outcome: asyncio.Future) -> None:
+    """The rest of an operation that ``TransactionCoordinator._run`` started eagerly, driven
+    on from its first suspension (``yielded``) in a task, its outcome set on ``outcome`` (the
+    caller's future) as soon as it ends. A caller that went away (its future cancelled)
+    does not stop it; a fault of ours it then ends with is logged."""
+    try:
+        result = await Resume(coro, yielded)
+    except asyncio.CancelledError:
+        outcome.cancel()
+        raise
+    except Exception as e:  # handed to the caller, or logged
+        if not outcome.done():
+            outcome.set_exception(e)
         else:
-            if not outcome.done():
-                outcome.set_result(result)
-
-    def __await__(self):
-        coro, value = self.coro, self.yielded
-        self.coro = self.yielded = None
-        while True:
-            try:
-                sent = yield value
-            except BaseException as exc:  # noqa: BLE001 - cancellation etc., passed on
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as stop:
-                    return stop.value
+            log.exception("a transaction coordinator operation failed after its caller "
+                          "went away")
+    else:
+        if not outcome.done():
+            outcome.set_result(result)
 
 
 class TransactionCoordinator:
@@ -366,7 +339,7 @@ class TransactionCoordinator:
         in the caller's turn of the loop, up to its first suspension (with
         log.flush.mode=none most operations never suspend: answered in the turn the request
         arrived, with no task); an operation that suspends goes on in a task of its own
-        (``_Operation``), which hands its outcome to the caller's future itself - one hop of
+        (``_finish``), which hands its outcome to the caller's future itself - one hop of
         the loop, not the two of a shielded task."""
         try:
             yielded = coro.send(None)
@@ -374,7 +347,7 @@ class TransactionCoordinator:
             return stop.value
         loop = asyncio.get_running_loop()
         outcome = loop.create_future()
-        task = loop.create_task(_Operation(coro, yielded, outcome).run())
+        task = loop.create_task(_finish(coro, yielded, outcome))
         self._ops.add(task)
         task.add_done_callback(self._ops.discard)
         return await outcome
