@@ -31,6 +31,16 @@ def at_once(coro):
     raise AssertionError("the operation suspended: it needed a turn of the loop")
 
 
+async def committed_at_once(tc) -> tuple[int, int]:
+    """Producer id and epoch of "tx", whose transaction on t-0 EndTxn just committed in the
+    caller's turn (its completion not started yet)."""
+    begun = await tc.init_producer_id("tx", 60000)
+    pid, epoch = begun.producer_id, begun.producer_epoch
+    assert await tc.add_partitions("tx", pid, epoch, [T0]) == Error.NONE
+    assert at_once(tc.end_txn("tx", pid, epoch, True)).error == Error.NONE
+    return pid, epoch
+
+
 async def test_operations_end_in_the_callers_turn_without_fsync(tmp_path):
     async with running(tmp_path) as env:
         tc = env.tc
@@ -69,10 +79,7 @@ async def test_an_operation_that_waits_for_the_disk_still_answers(tmp_path):
 async def test_a_request_before_the_completion_started_waits_for_it(tmp_path):
     async with running(tmp_path) as env:
         tc = env.tc
-        begun = await tc.init_producer_id("tx", 60000)
-        pid, epoch = begun.producer_id, begun.producer_epoch
-        assert await tc.add_partitions("tx", pid, epoch, [T0]) == Error.NONE
-        assert at_once(tc.end_txn("tx", pid, epoch, True)).error == Error.NONE
+        pid, epoch = await committed_at_once(tc)
         # the client's next transaction, before the completion task ran at all
         assert await tc.add_partitions("tx", pid, epoch, [T1]) == Error.NONE
         assert [c.partitions for c in env.markers.calls] == [frozenset({T0})]
@@ -83,10 +90,7 @@ async def test_a_request_before_the_completion_started_waits_for_it(tmp_path):
 async def test_a_completion_cancelled_before_it_ran_lets_its_waiters_go(tmp_path):
     async with running(tmp_path) as env:
         tc = env.tc
-        begun = await tc.init_producer_id("tx", 60000)
-        pid, epoch = begun.producer_id, begun.producer_epoch
-        assert await tc.add_partitions("tx", pid, epoch, [T0]) == Error.NONE
-        assert at_once(tc.end_txn("tx", pid, epoch, True)).error == Error.NONE
+        pid, epoch = await committed_at_once(tc)
         waiting = asyncio.ensure_future(tc.add_partitions("tx", pid, epoch, [T1]))
         tc._completions["tx"].cancel()
         # let go, it decides again: the transaction is still being completed
