@@ -114,9 +114,16 @@ async def test_appends_of_the_turn_and_the_next_share_a_round(tmp_path):
     aio.finish(0)
     aio.finish(1)
     assert (a.high_watermark, b.high_watermark) == (1, 2)
-    assert len(aio.calls) == 3  # the next round started from the completion, at once
+    # the next round starts three turns after the completion: a client just answered
+    # appends within them and shares it
+    asyncio.get_running_loop().call_soon(b.append, make_batch(1))
+    await turns(2)
+    assert len(aio.calls) == 2
+    await turns(1)
+    assert len(aio.calls) == 4  # both partitions in one round
     aio.finish(2)
-    assert a.high_watermark == 2
+    aio.finish(3)
+    assert (a.high_watermark, b.high_watermark) == (2, 3)
     await manager.close()
 
 
@@ -163,13 +170,13 @@ async def test_abandon_ignores_the_round_in_flight(tmp_path):
 
 
 @pytest.mark.parametrize("appends", [1, 3])
-async def test_a_round_asked_while_idle_starts_two_turns_later(tmp_path, appends):
+async def test_a_round_asked_while_idle_starts_three_turns_later(tmp_path, appends):
     manager, aio = await started(tmp_path)
     plog = manager.get_partition("t", 0)
     for _ in range(appends):
         plog.append(make_batch(1))
-    await turns(1)
-    assert aio.calls == []  # one turn: tasks woken meanwhile may still append
+    await turns(2)
+    assert aio.calls == []  # two turns: tasks woken meanwhile may still append
     await turns(1)
     assert len(aio.calls) == 1
     aio.finish(0)
