@@ -252,17 +252,18 @@ class InjectableFileSystem(RealFileSystem):
             self._raise("fsync", code, handle.path)
         super()._fsync(handle)
 
-    def fsync_async(self, handles, aio):
-        """The flusher's AIO fsync (storage/aio_fsync.py), failed as `_fsync` would be."""
+    def fsync_async_then(self, handles, aio, done, future=None):
+        """The flusher's AIO fsync (storage/aio_fsync.py), failed as `_fsync` would be (the
+        failure handed to ``done`` at once)."""
         for handle in handles:
             code = self._take(self._fsync_faults, handle.path)
             if code is not None:
                 log.warning("fault injection: fsync of %s fails with %s", handle.path,
                             errno_codes.errorcode.get(code, code))
-                future = asyncio.get_running_loop().create_future()
-                future.set_exception(OSError(code, os.strerror(code), handle.path))
-                return future
-        return aio.submit([handle.fd for handle in handles])
+                done(OSError(code, os.strerror(code), handle.path))
+                return True
+        aio.start([handle.fd for handle in handles], done, future)
+        return True
 
 
 # -- the public API ---------------------------------------------------------------------------

@@ -7,10 +7,11 @@ partial write), make writes short, fail fsync or truncate, counts fsyncs, and re
 many bytes of each file were fsynced (and which new files had their directory entry fsynced)
 so `simulate_power_loss()` can cut every file back to what a real power loss could leave.
 
-`fsync_async` is the flusher's fsync of a round without a thread (storage/aio_fsync.py,
-Linux AIO): the real file system submits the descriptors; the faulty one counts, fails or
-records it exactly as `_fsync` does, so fault and power-loss tests cover that path too.
-`fsync_async_then` is the same with a callback instead of a future (the flusher's).
+`fsync_async_then` is the flusher's fsync of a round without a thread (storage/aio_fsync.py,
+Linux AIO), with a callback: the real file system submits the descriptors; the faulty one
+counts, fails or records it exactly as `_fsync` does, so fault and power-loss tests cover
+that path too. It is the one AIO seam a file system replaces; `fsync_async` is the same
+with a future.
 
 Threading: a `FileHandle` may be fsynced from an executor thread while the event loop
 appends to it; everything else happens on the loop.
@@ -42,20 +43,6 @@ def settle_future(future: asyncio.Future, error: BaseException | None) -> None:
             future.set_result(None)
         else:
             future.set_exception(error)
-
-
-def _then(future: asyncio.Future | None, done: Callable[[BaseException | None], object]) -> bool:
-    """Call ``done`` with ``future``'s outcome once it has one (not if it is cancelled: its
-    round was abandoned); False if there is no future."""
-    if future is None:
-        return False
-
-    def settled(future: asyncio.Future) -> None:
-        if not future.cancelled():
-            done(future.exception())
-
-    future.add_done_callback(settled)
-    return True
 
 
 class MetadataFileError(RuntimeError):
@@ -186,27 +173,28 @@ class RealFileSystem:
             os.close(fd)
 
     def fsync_async(self, handles: list[FileHandle], aio: AioFsync) -> asyncio.Future | None:
-        """fdatasync ``handles`` through ``aio`` (on the loop; same effect as `_fsync` on
-        each); a future of None, or of the first failure. Raises AioUnsupported, or OSError
-        if the requests could not be queued. None: call `_fsync` in a thread instead (a
-        subclass with its own `_fsync`, such as a test's disk that holds fsyncs)."""
-        if type(self)._fsync is not RealFileSystem._fsync:
+        """`fsync_async_then` with a future: of None, or of the first failure; cancelled if
+        ``aio`` is closed first. None where `fsync_async_then` returns False."""
+        future = aio.loop.create_future()
+        if not self.fsync_async_then(handles, aio, functools.partial(settle_future, future),
+                                     future):
             return None
-        return aio.submit([handle.fd for handle in handles])
+        return future
 
     def fsync_async_then(self, handles: list[FileHandle], aio: AioFsync,
-                         done: Callable[[BaseException | None], object]) -> bool:
-        """`fsync_async` with a callback: ``done(None)``, or ``done(the first failure)``, on
-        the loop once the fsyncs returned - straight from the AIO completion (no hop through
-        a future's callbacks) unless `fsync_async` is replaced (a subclass's or a test's,
-        whose future is then waited on). False, and ``done`` is never called, where
-        `fsync_async` would return None; raises as `fsync_async` (``done`` not called). ``done``
-        may be called before this returns, and must not raise."""
-        if getattr(self.fsync_async, "__func__", None) is not RealFileSystem.fsync_async:
-            return _then(self.fsync_async(handles, aio), done)
+                         done: Callable[[BaseException | None], object],
+                         future: asyncio.Future | None = None) -> bool:
+        """fdatasync ``handles`` through ``aio`` (on the loop; same effect as `_fsync` on
+        each): ``done(None)``, or ``done(the first failure)``, on the loop once they
+        returned - straight from the AIO completion, no hop through a future's callbacks.
+        ``done`` may be called before this returns, and must not raise. False, and ``done``
+        is never called: call `_fsync` in a thread instead (a subclass with its own `_fsync`,
+        such as a test's disk that holds fsyncs). Raises AioUnsupported, or OSError if the
+        requests could not be queued (``done`` not called). ``future``: `fsync_async`'s,
+        which closing ``aio`` cancels. The AIO seam a file system with faults replaces."""
         if type(self)._fsync is not RealFileSystem._fsync:
             return False
-        aio.start([handle.fd for handle in handles], done)
+        aio.start([handle.fd for handle in handles], done, future)
         return True
 
     # -- low-level hooks FaultyFileSystem overrides --------------------------------------
@@ -319,32 +307,13 @@ class FaultyFileSystem(RealFileSystem):
         with self._lock:
             self._synced[handle.path] = max(size, self._synced.get(handle.path, 0))
 
-    def fsync_async(self, handles: list[FileHandle], aio: AioFsync) -> asyncio.Future | None:
-        """As `_fsync` per handle: counted, failed by `fsync_error` (the future fails, as a
-        failed kernel request would), and on success each file is synced up to the size it
-        had when the request was made. None for a subclass with its own `_fsync`."""
-        if type(self)._fsync is not FaultyFileSystem._fsync:
-            return None
-        future = aio.loop.create_future()
-        if not self._counted_fsync(handles, aio, functools.partial(settle_future, future),
-                                   future):
-            return None
-        return future
-
     def fsync_async_then(self, handles: list[FileHandle], aio: AioFsync,
-                         done: Callable[[BaseException | None], object]) -> bool:
-        """`fsync_async` (counted, failed and synced alike) with
-        `RealFileSystem.fsync_async_then`'s callback; a failure by `fsync_error` calls
-        ``done`` at once."""
-        if getattr(self.fsync_async, "__func__", None) is not FaultyFileSystem.fsync_async:
-            return super().fsync_async_then(handles, aio, done)
-        return self._counted_fsync(handles, aio, done, None)
-
-    def _counted_fsync(self, handles: list[FileHandle], aio: AioFsync,
-                       done: Callable[[BaseException | None], object],
-                       future: asyncio.Future | None) -> bool:
-        """The two forms' common part (``future``: `fsync_async`'s, which closing ``aio``
-        cancels)."""
+                         done: Callable[[BaseException | None], object],
+                         future: asyncio.Future | None = None) -> bool:
+        """As `_fsync` per handle: counted, failed by `fsync_error` (``done`` is called at
+        once with the error, as a failed kernel request would report it), and on success
+        each file is synced up to the size it had when the request was made. False for a
+        subclass with its own `_fsync`."""
         if type(self)._fsync is not FaultyFileSystem._fsync:
             return False
         with self._lock:

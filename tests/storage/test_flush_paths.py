@@ -214,10 +214,10 @@ async def test_kernel_refusal_falls_back_to_the_thread(tmp_path, monkeypatch):
     manager.create_topic("t", 1)
     plog = manager.get_partition("t", 0)
 
-    def refuse(handles, aio):
+    def refuse(handles, aio, done, future=None):
         raise AioUnsupported(errno.EINVAL, "no FDSYNC")
 
-    monkeypatch.setattr(manager.fs, "fsync_async", refuse)
+    monkeypatch.setattr(manager.fs, "fsync_async_then", refuse)
     for i in range(3):
         await plog.wait_durable(plog.append(make_batch(1, fill=i)).next_offset)
     assert plog.high_watermark == 3 and not manager._aio_usable
@@ -233,11 +233,11 @@ async def test_a_request_not_queued_runs_in_the_thread(tmp_path, monkeypatch):
     plog = manager.get_partition("t", 0)
     calls = []
 
-    def full(handles, aio):
+    def full(handles, aio, done, future=None):
         calls.append(handles)
         raise OSError(errno.EAGAIN, "no room")
 
-    monkeypatch.setattr(fs, "fsync_async", full)
+    monkeypatch.setattr(fs, "fsync_async_then", full)
     await plog.wait_durable(plog.append(make_batch(2)).next_offset)
     assert plog.high_watermark == 2
     assert bool(calls) == manager._aio_usable == aio_available()
@@ -283,17 +283,17 @@ async def test_durable_failures_per_log_timeout_and_cancel(tmp_path):
 
 
 async def test_plain_file_system_uses_the_seam(tmp_path):
-    """RealFileSystem.fsync_async hands the descriptors to the AIO context as they are."""
+    """RealFileSystem.fsync_async_then hands the descriptors to the AIO context as they
+    are."""
     seen = []
 
     class Recorder:
-        def submit(self, fds):
+        def start(self, fds, done, future=None):
             seen.append(fds)
-            return "future"
 
     handle = RealFileSystem().open(tmp_path / "f")
     try:
-        assert RealFileSystem().fsync_async([handle], Recorder()) == "future"
+        assert RealFileSystem().fsync_async_then([handle], Recorder(), print) is True
         assert seen == [[handle.fd]]
     finally:
         handle.close()

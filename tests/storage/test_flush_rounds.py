@@ -26,20 +26,8 @@ class HandAio:
         self.loop = loop
         self.calls: list[tuple[list[int], object]] = []
 
-    def start(self, fds, done) -> None:
+    def start(self, fds, done, future=None) -> None:
         self.calls.append((fds, done))
-
-    def submit(self, fds) -> asyncio.Future:  # the future API (flush_all's coroutine)
-        future = self.loop.create_future()
-
-        def done(error):
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-
-        self.calls.append((fds, done))
-        return future
 
     def finish(self, i: int, error: OSError | None = None) -> None:
         fds, done = self.calls[i]
@@ -185,15 +173,16 @@ async def test_a_round_asked_while_idle_starts_three_turns_later(tmp_path, appen
 
 
 class OwnSeam(RealFileSystem):
-    """A file system that replaces ``fsync_async`` (as broker/faults.py's does): its future
-    is waited on; ``broken`` makes it raise as a bug would."""
+    """A file system that replaces the AIO seam ``fsync_async_then`` (as broker/faults.py's
+    does); ``broken`` makes it raise as a bug would."""
 
     broken = False
 
-    def fsync_async(self, handles, aio):
+    def fsync_async_then(self, handles, aio, done, future=None):
         if self.broken:
             raise RuntimeError("a bug in the seam")
-        return aio.submit([handle.fd for handle in handles])
+        aio.start([handle.fd for handle in handles], done, future)
+        return True
 
 
 async def test_a_replaced_seam_is_honoured_and_its_bug_stalls_nothing(tmp_path):
