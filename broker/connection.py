@@ -80,7 +80,7 @@ from typing import TYPE_CHECKING
 from semel.broker.dispatch import CloseConnection
 from semel.broker.security.endpoint import AuthenticationRefused
 from semel.broker.security.session import Session
-from semel.coordinator.eager import Resume
+from semel.coordinator.eager import Resumed
 from semel.protocol.errors import ProtocolError
 from semel.protocol.frame import BufferedFrameReader
 from semel.storage.file_region import FileRegion
@@ -361,7 +361,7 @@ class Connection(asyncio.BufferedProtocol):
             if stop.value is None:  # else: answered later, by the future (answer_done)
                 self._finished(slot)
             return
-        task = self.loop.create_task(_resumed(coro, yielded))
+        task = self.loop.create_task(Resumed(coro, yielded))
         self.tasks.add(task)
         task.add_done_callback(slot.task_done)
 
@@ -679,12 +679,6 @@ def _release_regions(buffers) -> None:
     for item in buffers:
         if item.__class__ is FileRegion:
             item.release()
-
-
-async def _resumed(coro, yielded):
-    """A coroutine started eagerly (``Connection._start``), driven on from its first
-    suspension by the task awaiting this."""
-    return await Resume(coro, yielded)
 
 
 class RateLimitedLog:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import logging
 import re
@@ -64,7 +65,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from semel.coordinator.eager import Resume
+from semel.coordinator.eager import Resumed
 from semel.coordinator.loading import batches_to_load
 from semel.coordinator.partitioning import partition_for
 from semel.coordinator.transaction import core
@@ -174,25 +175,22 @@ def _need_producer_id() -> int:
     raise _NeedProducerId
 
 
-async def _finish(coro: Coroutine[Any, Any, Any], yielded: Any, outcome: asyncio.Future) -> None:
-    """The rest of an operation that ``TransactionCoordinator._run`` started eagerly, driven
-    on from its first suspension (``yielded``) in a task, its outcome set on ``outcome`` (the
-    caller's future) as soon as it ends. A caller that went away (its future cancelled)
-    does not stop it; a fault of ours it then ends with is logged."""
-    try:
-        result = await Resume(coro, yielded)
-    except asyncio.CancelledError:
+def _settle(outcome: asyncio.Future, result: Any, exc: BaseException | None) -> None:
+    """The end of an operation that ``TransactionCoordinator._run`` started eagerly and a
+    task drives on (``Resumed``), set on ``outcome`` (the caller's future) in the step that
+    ends it. A caller that went away (its future cancelled) does not stop the operation; a
+    fault of ours it then ends with is logged. The task cancelled (before its first step
+    too: the operation then gets the CancelledError where it waits) cancels ``outcome``."""
+    if isinstance(exc, asyncio.CancelledError):
         outcome.cancel()
-        raise
-    except Exception as e:  # handed to the caller, or logged
-        if not outcome.done():
-            outcome.set_exception(e)
-        else:
-            log.exception("a transaction coordinator operation failed after its caller "
-                          "went away")
+    elif outcome.done():
+        if exc is not None:
+            log.error("a transaction coordinator operation failed after its caller went "
+                      "away", exc_info=exc)
+    elif exc is not None:
+        outcome.set_exception(exc)
     else:
-        if not outcome.done():
-            outcome.set_result(result)
+        outcome.set_result(result)
 
 
 class TransactionCoordinator:
@@ -339,15 +337,15 @@ class TransactionCoordinator:
         in the caller's turn of the loop, up to its first suspension (with
         log.flush.mode=none most operations never suspend: answered in the turn the request
         arrived, with no task); an operation that suspends goes on in a task of its own
-        (``_finish``), which hands its outcome to the caller's future itself - one hop of
-        the loop, not the two of a shielded task."""
+        (``Resumed``), which hands its outcome to the caller's future itself (``_settle``)
+        - one hop of the loop, not the two of a shielded task."""
         try:
             yielded = coro.send(None)
         except StopIteration as stop:
             return stop.value
         loop = asyncio.get_running_loop()
         outcome = loop.create_future()
-        task = loop.create_task(_finish(coro, yielded, outcome))
+        task = loop.create_task(Resumed(coro, yielded, functools.partial(_settle, outcome)))
         self._ops.add(task)
         task.add_done_callback(self._ops.discard)
         return await outcome
@@ -406,6 +404,13 @@ class TransactionCoordinator:
             await plog.wait_durable(offset)
         except KafkaError as e:
             return self._write_failed(transactional_id, md, transit, e, keep_pending_on_error)
+        except asyncio.CancelledError:
+            # the operation stopped from outside (its task cancelled): as for a write whose
+            # outcome is unknown, the transition is dropped (Kafka reverts the pending
+            # state on any append error); the client's retry decides again
+            if self._owns(transactional_id, md) and md.pending_state == transit.state:
+                self._persist_failed(md, Error.COORDINATOR_NOT_AVAILABLE, keep_pending_on_error)
+            raise
         if not self._owns(transactional_id, md) or md.pending_state != transit.state:
             return Error.NOT_COORDINATOR  # stopped (or unloaded) meanwhile
         md.complete(transit)
