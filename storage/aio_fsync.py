@@ -82,10 +82,19 @@ class AioFsync:
             context = ctypes.c_ulong(0)
             if libc.syscall(calls[0], MAX_EVENTS, ctypes.byref(context)) != 0:
                 return None
-            eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         except (OSError, AttributeError):
             return None
-        return cls(loop, libc, calls, context, eventfd)
+        try:
+            eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        except (OSError, AttributeError):
+            libc.syscall(calls[1], context)
+            return None
+        try:
+            return cls(loop, libc, calls, context, eventfd)
+        except Exception:  # noqa: BLE001 - the loop cannot watch it (add_reader): no AIO
+            libc.syscall(calls[1], context)
+            os.close(eventfd)
+            return None
 
     def submit(self, fds: list[int]) -> asyncio.Future:
         """fdatasync every descriptor of ``fds`` (in parallel, on kernel workers); the future

@@ -846,10 +846,15 @@ class LogManager:
             else:
                 plog.complete_flush(job, None)
         elif jobs:
-            results = await asyncio.gather(
-                *(self._start_job(plog, job, False, aio) for plog, job in jobs),
-                return_exceptions=True,
-            )
+            started = []
+            for plog, job in jobs:  # one failing to start fails alone; the rest still run
+                try:
+                    started.append(self._start_job(plog, job, False, aio))
+                except Exception as exc:  # noqa: BLE001 - handed to the log below
+                    failed = self._loop.create_future()
+                    failed.set_exception(exc)
+                    started.append(failed)
+            results = await asyncio.gather(*started, return_exceptions=True)
             for (plog, job), result in zip(jobs, results, strict=True):
                 plog.complete_flush(job, result if isinstance(result, BaseException) else None)
 

@@ -297,3 +297,56 @@ async def test_plain_file_system_uses_the_seam(tmp_path):
         assert seen == [[handle.fd]]
     finally:
         handle.close()
+
+
+async def test_a_loop_that_cannot_watch_the_eventfd_means_no_aio(tmp_path, monkeypatch):
+    """AioFsync.open when the loop refuses the eventfd's reader: no context (it and the
+    eventfd released), and the flusher keeps to the thread - rounds succeed, none is failed
+    as an fsync error, no second context is tried."""
+    loop = asyncio.get_running_loop()
+    attempts = []
+
+    def refuse(fd, callback, *args):
+        attempts.append(fd)
+        raise NotImplementedError("no readers on this loop")
+
+    monkeypatch.setattr(loop, "add_reader", refuse)
+    manager = await started(tmp_path, "aio")
+    manager.create_topic("t", 1)
+    plog = manager.get_partition("t", 0)
+    for i in range(3):
+        await plog.wait_durable(plog.append(make_batch(1, fill=i)).next_offset)
+    assert plog.high_watermark == 3
+    assert len(attempts) == (1 if aio_available() else 0) and not manager._aio_usable
+    if attempts:
+        with pytest.raises(OSError):
+            os.fstat(attempts[0])  # the eventfd was closed
+    await manager.close()
+
+
+async def test_flush_all_a_job_that_fails_to_start_fails_alone(tmp_path, monkeypatch):
+    """flush_all over several dirty logs, one job's start raising: that log's waiters get
+    its error, the other logs' round completes (nothing left pinned or waiting)."""
+    manager = await started(tmp_path, "thread")
+    manager.create_topic("t", 3)
+    logs = [manager.get_partition("t", p) for p in range(3)]
+    manager._rounds_on = False  # only flush_all's round runs
+    ends = [plog.append(make_batch(1)).next_offset for plog in logs]
+    start_job = manager._start_job
+
+    def second_fails(plog, job, alone, aio=True):
+        if plog is logs[1]:
+            raise RuntimeError("a bug of ours")
+        return start_job(plog, job, alone, aio)
+
+    waits = [asyncio.ensure_future(plog.wait_durable(end)) for plog, end in zip(logs, ends)]
+    await asyncio.sleep(0)
+    monkeypatch.setattr(manager, "_start_job", second_fails)
+    await manager.flush_all()
+    assert [plog.high_watermark for plog in logs] == [ends[0], 0, ends[2]]
+    _, pending = await asyncio.wait(waits, timeout=30)
+    assert not pending
+    assert [w.exception() is None for w in waits] == [True, False, True]
+    monkeypatch.setattr(manager, "_start_job", start_job)
+    manager._rounds_on = True
+    await manager.close()
